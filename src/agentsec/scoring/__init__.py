@@ -1,0 +1,1 @@
+"""Turn a probe output into findings, axis states and a score."""

@@ -1,0 +1,532 @@
+"""One small detector per finding ID: reads the probe's facts, returns a Hit or nothing.
+
+Titles, weights, axes and remediation are data (``data/findings.json``); this module holds only
+the rule that decides whether a finding fires. A detector that needs a fact the probe could not
+establish raises ``CannotTell``: the finding's axis then reads "not measured", never "sealed".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from agentsec.catalogue import Severity
+from agentsec.untrusted import ProbeOutput
+
+
+class CannotTell(Exception):
+    """The probe did not establish a fact this detector needs."""
+
+
+class SectionFailed(CannotTell):
+    """A section the detector reads crashed or timed out inside the probe."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    evidence: tuple[str, ...]
+    # Only for findings whose catalogue severity is "varies": the evidence items that decide it.
+    severity_keys: tuple[str, ...] = ()
+    # Overrides the catalogue severity when the context makes a finding weaker (never stronger).
+    severity_cap: Severity | None = None
+
+
+class Facts:
+    """Typed, defensive access to a probe output's sections (the output is untrusted)."""
+
+    def __init__(self, probe: ProbeOutput) -> None:
+        self._probe = probe
+
+    def section(self, name: str) -> dict[str, Any]:
+        result = self._probe.sections.get(name)
+        if result is None:
+            raise SectionFailed(f"section {name!r} is missing from the probe output")
+        if not result.ok:
+            why = "timed out" if result.timed_out else (result.error or "failed")
+            raise SectionFailed(f"section {name!r} {why}")
+        return result.data
+
+    def value(self, section: str, key: str, kind: type | tuple[type, ...]) -> Any:
+        """A value that must be present; null or a wrong type means the probe could not tell."""
+        value = self.section(section).get(key)
+        if value is None:
+            raise CannotTell(f"{section}.{key} was not established")
+        if isinstance(value, bool) and kind is int:
+            raise CannotTell(f"{section}.{key} is malformed")
+        if not isinstance(value, kind):
+            raise CannotTell(f"{section}.{key} is malformed")
+        return value
+
+    def optional(self, section: str, key: str, kind: type | tuple[type, ...]) -> Any:
+        value = self.section(section).get(key)
+        return value if isinstance(value, kind) else None
+
+    def records(self, section: str, key: str) -> list[dict[str, Any]]:
+        value = self.section(section).get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise CannotTell(f"{section}.{key} is malformed")
+        return [item for item in value if isinstance(item, dict)]
+
+
+Detector = Callable[[Facts], Hit | None]
+
+
+@dataclass(frozen=True)
+class DetectorEntry:
+    finding_id: str
+    sections: tuple[str, ...]
+    detect: Detector
+
+
+class DetectorRegistry:
+    """Detectors by finding ID; built by ``build_registry`` so each caller gets its own."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, DetectorEntry] = {}
+
+    def add(self, finding_id: str, sections: tuple[str, ...], detect: Detector) -> None:
+        if finding_id in self._entries:
+            raise ValueError(f"two detectors for {finding_id}")
+        self._entries[finding_id] = DetectorEntry(finding_id, sections, detect)
+
+    def entries(self) -> Iterable[DetectorEntry]:
+        return self._entries.values()
+
+    def ids(self) -> set[str]:
+        return set(self._entries)
+
+
+def _hit(items: Iterable[str]) -> Hit | None:
+    evidence = tuple(sorted(set(items)))
+    return Hit(evidence) if evidence else None
+
+
+def _target(record: dict[str, Any]) -> str:
+    host, port = record.get("host"), record.get("port")
+    return f"{host}:{port}" if port is not None else str(host)
+
+
+# --- privilege -----------------------------------------------------------------------------
+
+
+def _euid(facts: Facts) -> int:
+    return facts.value("identity", "euid", int)
+
+
+def _in_userns(facts: Facts) -> bool:
+    return facts.value("identity", "in_user_namespace", bool)
+
+
+def real_root(facts: Facts) -> Hit | None:
+    if _euid(facts) == 0 and not _in_userns(facts):
+        return Hit(("euid 0 in the initial user namespace",))
+    return None
+
+
+def userns_root(facts: Facts) -> Hit | None:
+    if _euid(facts) == 0 and _in_userns(facts):
+        return Hit(("euid 0 inside a user namespace",))
+    return None
+
+
+def host_uid(uid_map: str, uid: int) -> int | None:
+    """The parent namespace's uid for ``uid`` under a /proc/self/uid_map text, if mapped."""
+    for line in uid_map.splitlines():
+        parts = line.split()
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            continue
+        inside, outside, count = (int(p) for p in parts)
+        if inside <= uid < inside + count:
+            return outside + (uid - inside)
+    return None
+
+
+def mapped_to_host_root(facts: Facts) -> Hit | None:
+    if not _in_userns(facts):
+        return None
+    uid_map = facts.value("identity", "uid_map", str)
+    euid = _euid(facts)
+    if host_uid(uid_map, euid) == 0:
+        return Hit((f"uid {euid} inside is uid 0 outside the user namespace",))
+    return None
+
+
+def dangerous_capabilities(facts: Facts) -> Hit | None:
+    caps = facts.value("identity", "caps", list)
+    names = tuple(sorted({c for c in caps if isinstance(c, str)}))
+    if not names:
+        return None
+    # Capabilities held only inside a user namespace act on that namespace's own objects; they
+    # widen the kernel's attack surface but do not reach host resources, hence the lower cap.
+    cap: Severity | None = "low" if _in_userns(facts) else None
+    return Hit(names, severity_keys=names, severity_cap=cap)
+
+
+def no_seccomp(facts: Facts) -> Hit | None:
+    mode = facts.value("identity", "seccomp", int)
+    return Hit(("Seccomp: 0",)) if mode == 0 else None
+
+
+def no_new_privs_unset(facts: Facts) -> Hit | None:
+    if facts.value("identity", "no_new_privs", bool) is False:
+        return Hit(("NoNewPrivs: 0",))
+    return None
+
+
+def namespaces_creatable(facts: Facts) -> Hit | None:
+    if not facts.value("namespaces", "user_ns_creatable", bool):
+        return None
+    evidence = ["can create a user namespace"]
+    if facts.optional("namespaces", "mount_in_new_ns", bool):
+        evidence.append("can mount inside it")
+    return Hit(tuple(evidence))
+
+
+def no_mac_profile(facts: Facts) -> Hit | None:
+    apparmor = facts.optional("identity", "apparmor", str)
+    if apparmor and apparmor.strip() not in ("unconfined", ""):
+        return None
+    abi = facts.optional("identity", "landlock_abi", int)
+    note = f"Landlock ABI {abi} available in the kernel" if abi else "Landlock not available"
+    return Hit(("AppArmor: unconfined or absent", note))
+
+
+# --- network -------------------------------------------------------------------------------
+
+
+def _connected(facts: Facts, key: str, kind: str | None = None) -> list[str]:
+    return [
+        _target(r)
+        for r in facts.records("network", key)
+        if r.get("result") == "connected" and (kind is None or r.get("kind") == kind)
+    ]
+
+
+def egress_connects(facts: Facts) -> Hit | None:
+    if not facts.records("network", "targets"):
+        raise CannotTell("network.targets is empty")
+    return _hit(_connected(facts, "targets", "egress"))
+
+
+def metadata_reachable(facts: Facts) -> Hit | None:
+    return _hit(_connected(facts, "targets", "metadata"))
+
+
+def no_network(facts: Facts) -> Hit | None:
+    if facts.value("network", "no_route", bool) and not _connected(facts, "targets"):
+        return Hit(("no default route for IPv4 or IPv6",))
+    return None
+
+
+def dns_channel(facts: Facts) -> Hit | None:
+    control = facts.value("network", "dns_control", dict)
+    if control.get("lookup") == "ok" and control.get("public") is True:
+        return Hit((f"{control.get('name')} resolves to a public address",))
+    return None
+
+
+def udp_egress(facts: Facts) -> Hit | None:
+    udp = facts.value("network", "udp_dns", dict)
+    if udp.get("result") == "answered":
+        return Hit((f"{_target(udp)} answered a DNS question over UDP",))
+    return None
+
+
+def ipv6_egress(facts: Facts) -> Hit | None:
+    return _hit(_connected(facts, "ipv6"))
+
+
+def docker_tcp(facts: Facts) -> Hit | None:
+    record = facts.optional("network", "docker_tcp", dict)
+    if record and record.get("result") == "connected":
+        return Hit(("the default gateway accepts connections on TCP 2375",))
+    return None
+
+
+def _proxy_results(facts: Facts) -> list[dict[str, Any]]:
+    """The proxy's answers, or CannotTell when the probe could not ask it properly."""
+    if not facts.value("proxy", "configured", bool):
+        return []
+    results = facts.records("proxy", "results")
+    if any(r.get("result") == "unsupported" for r in results):
+        raise CannotTell("the configured proxy speaks a protocol the probe does not (SOCKS)")
+    if any(r.get("result") == "auth_required" for r in results) and not facts.optional(
+        "proxy", "auth_sent", bool
+    ):
+        raise CannotTell(
+            "the proxy demands credentials; AGENTSEC_PROBE_PROXY_AUTH=1 lets the probe send them"
+        )
+    return results
+
+
+def proxy_open(facts: Facts) -> Hit | None:
+    results = _proxy_results(facts)
+    return _hit(_target(r) for r in results if r.get("control") and r.get("result") == "tunnel")
+
+
+def proxy_allowlisted(facts: Facts) -> Hit | None:
+    results = _proxy_results(facts)
+    if any(r.get("control") and r.get("result") == "tunnel" for r in results):
+        return None  # NET-007 already says more
+    return _hit(_target(r) for r in results if not r.get("control") and r.get("result") == "tunnel")
+
+
+def proxy_refuses(facts: Facts) -> Hit | None:
+    results = _proxy_results(facts)
+    if results and all(r.get("result") == "refused" for r in results):
+        return Hit(tuple(sorted({f"{_target(r)} -> {r.get('status')}" for r in results})))
+    return None
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+
+def _runtime_sockets(facts: Facts, results: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [r for r in facts.records("sockets", "runtime") if r.get("result") in results]
+
+
+def runtime_socket(facts: Facts) -> Hit | None:
+    return _hit(
+        f"{r.get('path')}{' (rootless)' if r.get('rootless') else ''}"
+        for r in _runtime_sockets(facts, ("connected",))
+    )
+
+
+def runtime_socket_refused(facts: Facts) -> Hit | None:
+    refused = _runtime_sockets(facts, ("denied", "refused"))
+    if not refused:
+        return None
+    control = facts.optional("sockets", "control", dict) or {}
+    scope = (
+        "the refusal covers every unix-socket connect (blanket rule)"
+        if control.get("own_socket") == "denied"
+        else "the refusal is specific to these paths (the probe's own socket connects)"
+    )
+    return Hit((*sorted(str(r.get("path")) for r in refused), scope))
+
+
+def secret_env_names(facts: Facts) -> Hit | None:
+    return _hit(str(r.get("name")) for r in facts.records("secrets_env", "names"))
+
+
+def _readable_files(facts: Facts) -> list[dict[str, Any]]:
+    return [r for r in facts.records("credentials", "files") if r.get("readable") is True]
+
+
+def credential_files(facts: Facts) -> Hit | None:
+    return _hit(
+        str(r.get("path"))
+        for r in _readable_files(facts)
+        if not r.get("agent_login") and r.get("path") != "/etc/shadow"
+    )
+
+
+def agent_login_files(facts: Facts) -> Hit | None:
+    return _hit(str(r.get("path")) for r in _readable_files(facts) if r.get("agent_login"))
+
+
+def shadow_readable(facts: Facts) -> Hit | None:
+    return _hit(
+        str(r.get("path")) for r in _readable_files(facts) if r.get("path") == "/etc/shadow"
+    )
+
+
+def pid1_environ(facts: Facts) -> Hit | None:
+    if facts.value("proc_environ", "pid1_is_self", bool):
+        return None
+    if facts.value("proc_environ", "pid1_environ_readable", bool):
+        return Hit(("/proc/1/environ opens for reading",))
+    return None
+
+
+def other_environs(facts: Facts) -> Hit | None:
+    readable = facts.value("proc_environ", "others_readable", int)
+    checked = facts.value("proc_environ", "others_checked", int)
+    if readable > 0:
+        return Hit((f"{readable} of {checked} other processes' environ open for reading",))
+    return None
+
+
+def ssh_agent(facts: Facts) -> Hit | None:
+    record = facts.optional("sockets", "ssh_agent", dict) or {}
+    if record.get("result") == "connected":
+        return Hit(("$SSH_AUTH_SOCK connects",))
+    return None
+
+
+def session_keyring(facts: Facts) -> Hit | None:
+    state = facts.value("keyring", "session_keyring", str)
+    keys = facts.optional("keyring", "visible_keys", int) or 0
+    if state == "accessible" and keys > 0:
+        return Hit((f"session keyring reachable, {keys} keys visible",))
+    return None
+
+
+# --- filesystem ----------------------------------------------------------------------------
+
+# Scratch space every sandbox is expected to have; writing there is not a finding.
+_SCRATCH_DIRS = frozenset({"/tmp", "/dev/shm", "."})
+# Files container runtimes bind from the host on purpose; they are not the user's data.
+_RUNTIME_MANAGED_MOUNTS = frozenset({"/etc/resolv.conf", "/etc/hostname", "/etc/hosts"})
+
+
+def _writable_system_dirs(facts: Facts) -> list[str]:
+    dirs = facts.records("filesystem", "writable_dirs")
+    if not dirs:
+        raise CannotTell("filesystem.writable_dirs is empty")
+    return [
+        str(r.get("path"))
+        for r in dirs
+        if r.get("writable") is True and r.get("path") not in _SCRATCH_DIRS
+    ]
+
+
+def system_paths_writable(facts: Facts) -> Hit | None:
+    paths = tuple(sorted(set(_writable_system_dirs(facts))))
+    return Hit(paths, severity_keys=paths) if paths else None
+
+
+def root_rw(facts: Facts) -> Hit | None:
+    if _writable_system_dirs(facts):
+        return None  # FS-001 already says more
+    if facts.value("filesystem", "root_rw", bool):
+        return Hit(("/ is mounted read-write",))
+    return None
+
+
+def host_rw_mounts(facts: Facts) -> Hit | None:
+    return _hit(
+        str(r.get("mountpoint"))
+        for r in facts.records("filesystem", "host_mounts")
+        if r.get("rw") is True and r.get("mountpoint") not in _RUNTIME_MANAGED_MOUNTS
+    )
+
+
+def host_root_mounted(facts: Facts) -> Hit | None:
+    mounts = facts.optional("filesystem", "host_root_mounted", list) or []
+    return _hit(str(m) for m in mounts if isinstance(m, str))
+
+
+def sysrq_writable(facts: Facts) -> Hit | None:
+    if facts.value("filesystem", "sysrq_writable", bool):
+        return Hit(("/proc/sysrq-trigger opens for writing",))
+    return None
+
+
+def setuid_without_nnp(facts: Facts) -> Hit | None:
+    binaries = facts.optional("filesystem", "setuid_binaries", list) or []
+    if binaries and facts.value("identity", "no_new_privs", bool) is False:
+        return _hit(str(b) for b in binaries)
+    return None
+
+
+def only_workdir_writable(facts: Facts) -> Hit | None:
+    dirs = facts.records("filesystem", "writable_dirs")
+    cwd_writable = any(r.get("path") == "." and r.get("writable") is True for r in dirs)
+    if cwd_writable and not _writable_system_dirs(facts):
+        return Hit(("the working directory is writable; system paths are not",))
+    return None
+
+
+def core_pattern_writable(facts: Facts) -> Hit | None:
+    if facts.value("filesystem", "core_pattern_writable", bool):
+        return Hit(("/proc/sys/kernel/core_pattern opens for writing",))
+    return None
+
+
+def proc_sys_writable(facts: Facts) -> Hit | None:
+    paths = facts.optional("filesystem", "proc_sys_writable", list) or []
+    return _hit(str(p) for p in paths if p != "/proc/sys/kernel/core_pattern")
+
+
+# --- processes, persistence, resources -----------------------------------------------------
+
+
+def host_processes_visible(facts: Facts) -> Hit | None:
+    if facts.value("processes", "own_pid_namespace", bool):
+        return None
+    visible = facts.optional("processes", "visible_pids", int)
+    return Hit((f"{visible} processes visible, PID namespace shared with the host",))
+
+
+def _appendable(kind: str) -> Detector:
+    def detect(facts: Facts) -> Hit | None:
+        return _hit(
+            str(r.get("path"))
+            for r in facts.records("persistence", "targets")
+            if r.get("kind") == kind and r.get("appendable") is True
+        )
+
+    detect.__name__ = f"appendable_{kind}"
+    return detect
+
+
+def git_hooks_writable(facts: Facts) -> Hit | None:
+    hooks = facts.optional("persistence", "git_hooks", dict) or {}
+    if hooks.get("writable") is True:
+        return Hit((str(hooks.get("path") or "./.git/hooks"),))
+    return None
+
+
+def no_limits(facts: Facts) -> Hit | None:
+    data = facts.section("resources")
+    if data.get("memory_limit") is None and data.get("pids_limit") is None:
+        return Hit(("no cgroup memory limit", "no cgroup pids limit"))
+    return None
+
+
+def build_registry() -> DetectorRegistry:
+    """Every detector, keyed by the finding it decides, with the probe sections it reads."""
+    registry = DetectorRegistry()
+    table: tuple[tuple[str, tuple[str, ...], Detector], ...] = (
+        ("PRIV-001", ("identity",), real_root),
+        ("PRIV-002", ("identity",), userns_root),
+        ("PRIV-003", ("identity",), dangerous_capabilities),
+        ("PRIV-004", ("identity",), no_seccomp),
+        ("PRIV-005", ("identity",), no_new_privs_unset),
+        ("PRIV-006", ("namespaces",), namespaces_creatable),
+        ("PRIV-007", ("identity",), no_mac_profile),
+        ("PRIV-008", ("identity",), mapped_to_host_root),
+        ("NET-001", ("network",), egress_connects),
+        ("NET-002", ("network",), metadata_reachable),
+        ("NET-003", ("network",), no_network),
+        ("NET-004", ("network",), dns_channel),
+        ("NET-005", ("network",), udp_egress),
+        ("NET-006", ("network",), ipv6_egress),
+        ("NET-007", ("proxy",), proxy_open),
+        ("NET-008", ("proxy",), proxy_allowlisted),
+        ("NET-009", ("network",), docker_tcp),
+        ("NET-010", ("proxy",), proxy_refuses),
+        ("SEC-001", ("sockets",), runtime_socket),
+        ("SEC-002", ("secrets_env",), secret_env_names),
+        ("SEC-003", ("credentials",), credential_files),
+        ("SEC-004", ("proc_environ",), pid1_environ),
+        ("SEC-005", ("credentials",), shadow_readable),
+        ("SEC-006", ("sockets",), runtime_socket_refused),
+        ("SEC-007", ("sockets",), ssh_agent),
+        ("SEC-008", ("proc_environ",), other_environs),
+        ("SEC-009", ("keyring",), session_keyring),
+        ("SEC-010", ("credentials",), agent_login_files),
+        ("FS-001", ("filesystem",), system_paths_writable),
+        ("FS-002", ("filesystem",), root_rw),
+        ("FS-003", ("filesystem",), host_rw_mounts),
+        ("FS-004", ("filesystem",), host_root_mounted),
+        ("FS-005", ("filesystem",), sysrq_writable),
+        ("FS-006", ("filesystem", "identity"), setuid_without_nnp),
+        ("FS-007", ("filesystem",), only_workdir_writable),
+        ("FS-008", ("filesystem",), core_pattern_writable),
+        ("FS-009", ("filesystem",), proc_sys_writable),
+        ("PROC-001", ("processes",), host_processes_visible),
+        ("PERS-001", ("persistence",), _appendable("shell")),
+        ("PERS-002", ("persistence",), _appendable("ssh")),
+        ("PERS-003", ("persistence",), _appendable("agent")),
+        ("PERS-004", ("persistence",), _appendable("git")),
+        ("PERS-005", ("persistence",), git_hooks_writable),
+        ("RES-001", ("resources",), no_limits),
+    )
+    for finding_id, sections, detect in table:
+        registry.add(finding_id, sections, detect)
+    return registry
