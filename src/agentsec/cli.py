@@ -1,19 +1,36 @@
 """The ``agentsec`` command. Thin: parse options, call a service, format, choose the exit code.
 
 Exit codes: 0 ok, 1 an error (bad input, a probe that could not run), 2 a gate failed
-(``--max-score``). Errors are one line on stderr, never a traceback.
+(``--max-score``, ``--baseline``, ``diff``, ``assert``). Errors are one line on stderr, never a
+traceback. Reports are written before any gate is applied, so a failing gate keeps its evidence.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from agentsec import __version__, service
-from agentsec.errors import AgentsecError, CaptureError
+from agentsec import __version__, gate, service
+from agentsec.errors import AgentsecError, CaptureError, ReportError
+from agentsec.launchers import (
+    Launch,
+    availability,
+    bwrap_launch,
+    command_launch,
+    container_launch,
+    describe,
+    load_presets,
+    local_launch,
+    preset_launch,
+)
 from agentsec.render.terminal import findings_table, scores_table
 from agentsec.report import Target
 from agentsec.runner import run_probe
@@ -30,29 +47,24 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
-def _finish(saved: service.SavedReport, max_score: int | None, print_findings: bool) -> None:
-    console = _console()
-    report = saved.report
-    console.print(scores_table([report]))
-    if print_findings:
-        console.print(findings_table(report))
-    console.print(f"reports: {saved.json_path}  {saved.markdown_path}", markup=False)
-    score = report["summary"]["score"]
-    if max_score is not None and score > max_score:
-        raise GateFailed(f"score {score} is above the budget --max-score {max_score}")
+def _options(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def decorate(func: Any) -> Any:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
 
 
-common_options = [
-    click.option(
-        "--label", required=True, help="Name of this measurement; names the report files."
-    ),
-    click.option(
-        "--how", required=True, help="How the sandbox was set up (recorded in the report)."
-    ),
+PROVENANCE = (
+    click.option("--label", required=True, help="Name of this measurement; names the reports."),
+    click.option("--how", required=True, help="How the sandbox was set up (kept in the report)."),
+)
+GATES = (
     click.option(
         "--out",
         "out_dir",
-        type=click.Path(path_type=Path),
+        type=click.Path(path_type=Path, file_okay=False),
         default=Path("reports"),
         show_default=True,
         help="Directory for <label>.json and <label>.md.",
@@ -63,19 +75,61 @@ common_options = [
         default=None,
         help="Exit 2 when the score is above this budget.",
     ),
+    click.option(
+        "--baseline",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="An accepted report: exit 2 when this run is worse in any way.",
+    ),
     click.option("--print-findings", is_flag=True, help="Print the finding list too."),
     click.option(
         "--redact",
         is_flag=True,
         help="Strip hostname, paths, user and variable names; keep every score and finding.",
     ),
-]
+)
+LAUNCH = (
+    click.option("--label", default=None, help="Report name (default: derived from the target)."),
+    click.option("--how", default=None, help="How it was set up (default: the command line)."),
+    click.option(
+        "--python",
+        default="python3",
+        show_default=True,
+        help="The interpreter to start inside the sandbox.",
+    ),
+)
 
 
-def with_common_options(func):  # type: ignore[no-untyped-def]
-    for option in reversed(common_options):
-        func = option(func)
-    return func
+def _finish(saved: service.SavedReport, opts: dict[str, Any]) -> None:
+    """Show a saved report, then apply the gates."""
+    console = _console()
+    report = saved.report
+    console.print(scores_table([report]))
+    if opts.get("print_findings"):
+        console.print(findings_table(report))
+    console.print(f"reports: {saved.json_path}  {saved.markdown_path}", markup=False)
+    failures = []
+    score, budget = report["summary"]["score"], opts.get("max_score")
+    if budget is not None and score > budget:
+        failures.append(f"score {score} is above the budget --max-score {budget}")
+    baseline = opts.get("baseline")
+    if baseline is not None:
+        result = gate.compare(gate.load_report(baseline), report)
+        console.print(gate.render_gate(result), markup=False)
+        if result.failed:
+            failures.append(f"worse than the baseline {baseline}")
+    if failures:
+        raise GateFailed("; ".join(failures))
+
+
+def _measure_and_finish(launch: Launch, label: str, opts: dict[str, Any]) -> None:
+    if opts.get("baseline") is not None:
+        gate.load_report(opts["baseline"])  # a corrupt baseline fails before anything runs
+    run = run_probe(launch.prefix, python=launch.python)
+    report = service.score(
+        run.output, label=label, target=launch.target, rc=run.rc, redact=opts["redact"]
+    )
+    _finish(service.save(report, opts["out_dir"]), opts)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,64 +139,164 @@ def cli() -> None:
 
 
 @cli.command()
-@with_common_options
-def probe(
-    label: str, how: str, out_dir: Path, max_score: int | None, print_findings: bool, redact: bool
-) -> None:
+@_options(*PROVENANCE, *GATES)
+def probe(label: str, how: str, **opts: Any) -> None:
     """Measure the sandbox this command runs in (the probe runs as a child process)."""
-    run = run_probe()
-    report = service.score(
-        run.output, label=label, target=Target(kind="local", how=how), rc=run.rc, redact=redact
-    )
-    _finish(service.save(report, out_dir), max_score, print_findings)
+    _measure_and_finish(local_launch(how, sys.executable), label, opts)
 
 
 @cli.command()
 @click.argument("capture", type=click.Path(path_type=Path, dir_okay=False))
-@with_common_options
-def score(
-    capture: Path,
-    label: str,
-    how: str,
-    out_dir: Path,
-    max_score: int | None,
-    print_findings: bool,
-    redact: bool,
-) -> None:
+@_options(*PROVENANCE, *GATES)
+def score(capture: Path, label: str, how: str, **opts: Any) -> None:
     """Score a probe output captured elsewhere (the probe's one JSON line, saved to a file)."""
+    if opts.get("baseline") is not None:
+        gate.load_report(opts["baseline"])
     try:
         text = capture.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise CaptureError(f"cannot read {capture}: {exc.strerror}") from exc
     output = parse_probe_output(text, source=str(capture))
-    report = service.score(
-        output, label=label, target=Target(kind="captured", how=how), rc=0, redact=redact
-    )
-    _finish(service.save(report, out_dir), max_score, print_findings)
+    target = Target(kind="captured", how=how)
+    report = service.score(output, label=label, target=target, rc=0, redact=opts["redact"])
+    _finish(service.save(report, opts["out_dir"]), opts)
+
+
+@cli.group("blast-radius")
+def blast_radius() -> None:
+    """Run the probe inside a sandbox and score what it reached."""
+
+
+def _run_launch(launch: Launch, default_label: str, opts: dict[str, Any]) -> None:
+    how = opts["how"] or describe(launch)
+    launch = dataclasses.replace(launch, target=dataclasses.replace(launch.target, how=how))
+    _measure_and_finish(launch, opts["label"] or default_label, opts)
+
+
+@blast_radius.command("local")
+@_options(*LAUNCH, *GATES)
+def br_local(**opts: Any) -> None:
+    """No sandbox: measure this process's own environment."""
+    _run_launch(local_launch("", opts["python"]), "local", opts)
+
+
+@blast_radius.command("bwrap")
+@click.argument("bwrap_flags", nargs=-1, type=click.UNPROCESSED)
+@_options(*LAUNCH, *GATES)
+def br_bwrap(bwrap_flags: tuple[str, ...], **opts: Any) -> None:
+    """bubblewrap with the flags given after `--`."""
+    _run_launch(bwrap_launch(bwrap_flags, "", opts["python"]), "bwrap", opts)
+
+
+def _container_command(engine: str) -> click.Command:
+    @click.argument("image")
+    @click.argument("engine_flags", nargs=-1, type=click.UNPROCESSED)
+    @click.option("--engine-bin", default=None, help=f"A {engine}-compatible CLI to run instead.")
+    @_options(*LAUNCH, *GATES)
+    def command(image: str, engine_flags: tuple[str, ...], engine_bin: str | None, **opts: Any):
+        launch = container_launch(engine, image, engine_flags, "", engine_bin, opts["python"])
+        _run_launch(launch, f"{engine}_{image}", opts)
+
+    command.__doc__ = f"A {engine} container from IMAGE; flags after `--` go to `{engine} run`."
+    return click.command(engine)(command)
+
+
+blast_radius.add_command(_container_command("docker"))
+blast_radius.add_command(_container_command("podman"))
+
+
+@blast_radius.command("command")
+@click.argument("template")
+@_options(*LAUNCH, *GATES)
+def br_command(template: str, **opts: Any) -> None:
+    """Any command that runs the probe file named by {probe}, e.g. 'ssh box python3 {probe}'."""
+    _run_launch(command_launch(template, ""), "command", opts)
+
+
+@blast_radius.command("preset")
+@click.argument("name")
+@click.argument("extra_flags", nargs=-1, type=click.UNPROCESSED)
+@click.option("--image", default=None, help="The image, for container presets.")
+@click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
+@_options(*LAUNCH, *GATES)
+def br_preset(
+    name: str, extra_flags: tuple[str, ...], image: str | None, engine_bin: str | None, **opts: Any
+) -> None:
+    """A configuration shipped in presets.json (`agentsec presets` lists them)."""
+    launch = preset_launch(name, "", image, extra_flags, engine_bin, opts["python"])
+    _run_launch(launch, f"{name}_{image}" if image else name, opts)
+
+
+@cli.command()
+def presets() -> None:
+    """The shipped presets, and whether this host can run each one now."""
+    table = Table(title="Presets")
+    for column in ("Preset", "Engine", "Runnable here", "Rationale / why not"):
+        table.add_column(column)
+    for preset in load_presets().values():
+        state = availability(preset)
+        table.add_row(
+            preset.name,
+            preset.engine,
+            Text("yes", style="green") if state.runnable else Text("no", style="red"),
+            Text(state.why_not or preset.rationale),
+        )
+    _console().print(table)
+
+
+@cli.command()
+@click.argument("old", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("new", type=click.Path(path_type=Path, dir_okay=False))
+def diff(old: Path, new: Path) -> None:
+    """Exit 2 when NEW is worse than the accepted OLD report in any way."""
+    result = gate.compare(gate.load_report(old), gate.load_report(new))
+    click.echo(gate.render_gate(result))
+    if result.failed:
+        raise GateFailed(f"{new} is worse than the baseline {old}")
+
+
+def _expand(paths: tuple[Path, ...]) -> list[Path]:
+    """Report files, with directories expanded to the reports they hold."""
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise ReportError("no report files given")
+    return files
+
+
+@cli.command()
+@click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
+def compare(reports: tuple[Path, ...]) -> None:
+    """Side by side: label, score, raw score, each axis and the findings, one row per report."""
+    loaded = [gate.load_report(path) for path in _expand(reports)]
+    _console().print(scores_table(loaded, title="Comparison", detailed=True))
 
 
 @cli.command()
 @click.option(
-    "--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("reports"),
+    show_default=True,
 )
 def demo(out_dir: Path) -> None:
     """Build a fake internet and measure an open configuration against bubblewrap sandboxes."""
     from agentsec.demo import run_demo  # imported late: it needs root and the namespace tools
 
-    saved = run_demo(out_dir, progress=_console())
     console = _console()
+    saved = run_demo(out_dir, console)
     console.print(scores_table([s.report for s in saved], title="Blast radius, fake internet"))
     for item in saved:
-        console.print(
-            f"{item.report['label']}: {item.json_path}  {item.markdown_path}", markup=False
-        )
+        console.print(f"{item.report['label']}: {item.json_path}", markup=False)
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         cli.main(args=argv, prog_name="agentsec", standalone_mode=False)
-    except GateFailed as gate:
-        click.echo(f"agentsec: gate failed: {gate}", err=True)
+    except GateFailed as failure:
+        click.echo(f"agentsec: gate failed: {failure}", err=True)
         return EXIT_GATE
     except AgentsecError as error:
         click.echo(f"agentsec: error: {error}", err=True)

@@ -29,22 +29,30 @@ def _score_text(summary: dict[str, Any]) -> Text:
     return text
 
 
-def scores_table(reports: Iterable[dict[str, Any]], title: str | None = None) -> Table:
-    """One row per report: label, score, and a cell per axis."""
+def scores_table(
+    reports: Iterable[dict[str, Any]], title: str | None = None, detailed: bool = False
+) -> Table:
+    """One row per report: label, score, a cell per axis; raw score and finding IDs if detailed."""
     reports = list(reports)
-    table = Table(title=title, show_lines=False)
+    table = Table(title=title, show_lines=detailed)
     table.add_column("Configuration")
     table.add_column("Score", justify="right")
+    if detailed:
+        table.add_column("Raw", justify="right")
     if reports:
         for axis in reports[0]["summary"]["axes"].values():
             table.add_column(axis["title"])
+    if detailed:
+        table.add_column("Findings")
     for report in reports:
         summary = report["summary"]
-        table.add_row(
-            Text(report["label"]),
-            _score_text(summary),
-            *(_axis_text(a) for a in summary["axes"].values()),
-        )
+        row: list[Text | str] = [Text(report["label"]), _score_text(summary)]
+        if detailed:
+            row.append(str(summary["raw_score"]))
+        row += [_axis_text(a) for a in summary["axes"].values()]
+        if detailed:
+            row.append(Text(" ".join(f["id"] for f in summary["findings"])))
+        table.add_row(*row)
     return table
 
 

@@ -1,0 +1,147 @@
+"""CI gates over saved reports: the budget (``--max-score``) and the baseline (``diff``).
+
+A baseline gate fails on anything worse than an accepted report: a new finding, a finding whose
+severity rose, a finding whose evidence widened (one more reachable host, writable path, readable
+credential), or an axis that was measured before and is not now. Fixed findings pass with a hint
+to record a new baseline. Two reports made by different probe versions, or one redacted and one
+not, cannot be compared honestly: that fails with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentsec.catalogue import SEVERITY_ORDER
+from agentsec.errors import ReportError
+from agentsec.report import SCHEMA_VERSION
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A saved report, checked enough that the gate can trust its shape."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path} is not valid JSON ({exc.msg} at character {exc.pos})") from exc
+    if not isinstance(report, dict) or report.get("tool") != "agentsec":
+        raise ReportError(f"{path} is not an agentsec report")
+    if report.get("schema_version") != SCHEMA_VERSION:
+        raise ReportError(
+            f"{path} has schema_version {report.get('schema_version')!r}; "
+            f"this agentsec reads {SCHEMA_VERSION}"
+        )
+    summary = report.get("summary")
+    if not isinstance(summary, dict) or not isinstance(summary.get("findings"), list):
+        raise ReportError(f"{path} has no summary.findings: the report is incomplete")
+    for finding in summary["findings"]:
+        if not isinstance(finding, dict) or not {"id", "severity", "evidence"} <= set(finding):
+            raise ReportError(f"{path} has a malformed finding entry")
+    if not isinstance(summary.get("axes"), dict):
+        raise ReportError(f"{path} has no summary.axes: the report is incomplete")
+    return report
+
+
+@dataclass(frozen=True)
+class Change:
+    finding_id: str
+    what: str
+
+
+@dataclass
+class GateResult:
+    incompatible: list[str] = field(default_factory=list)
+    new: list[Change] = field(default_factory=list)
+    worse: list[Change] = field(default_factory=list)
+    widened: list[Change] = field(default_factory=list)
+    unmeasured: list[Change] = field(default_factory=list)
+    fixed: list[Change] = field(default_factory=list)
+    noted: list[Change] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.incompatible or self.new or self.worse or self.widened or self.unmeasured)
+
+
+def _findings(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["id"]: f for f in report["summary"]["findings"]}
+
+
+def _rank(severity: str) -> int:
+    return SEVERITY_ORDER.index(severity) if severity in SEVERITY_ORDER else len(SEVERITY_ORDER)
+
+
+def _compatibility(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    problems = []
+    old_probe, new_probe = old.get("probe", {}).get("version"), new.get("probe", {}).get("version")
+    if old_probe != new_probe:
+        problems.append(
+            f"probe versions differ ({old_probe} vs {new_probe}): a newer probe checks more, "
+            "so an unchanged sandbox can gain findings; record a new baseline with this probe"
+        )
+    if bool(old.get("redacted")) != bool(new.get("redacted")):
+        problems.append(
+            "one report is redacted and the other is not: evidence cannot be compared; "
+            "record the baseline with the same --redact setting"
+        )
+    return problems
+
+
+def _axis_regressions(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    changes = []
+    for axis_id, axis in new["summary"]["axes"].items():
+        before = old["summary"]["axes"].get(axis_id, {}).get("state")
+        if axis.get("state") == "not_measured" and before not in (None, "not_measured"):
+            changes.append(Change(axis_id, f"{axis_id} was {before}, now not measured"))
+    return changes
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> GateResult:
+    result = GateResult(incompatible=_compatibility(old, new))
+    before, after = _findings(old), _findings(new)
+    for fid, finding in after.items():
+        if fid not in before:
+            change = Change(fid, f"new: {finding.get('title', '')} ({finding['severity']})")
+            if finding.get("points", 0) == 0 and finding["severity"] == "info":
+                result.noted.append(change)
+            else:
+                result.new.append(change)
+            continue
+        previous = before[fid]
+        if _rank(finding["severity"]) < _rank(previous["severity"]):
+            result.worse.append(
+                Change(fid, f"severity rose: {previous['severity']} -> {finding['severity']}")
+            )
+        added = sorted(set(finding["evidence"]) - set(previous["evidence"]))
+        if added:
+            result.widened.append(Change(fid, "evidence widened: " + ", ".join(added)))
+    for fid, finding in before.items():
+        if fid not in after:
+            result.fixed.append(Change(fid, f"fixed: {finding.get('title', '')}"))
+    result.unmeasured = _axis_regressions(old, new)
+    return result
+
+
+def render_gate(result: GateResult) -> str:
+    lines = []
+    for problem in result.incompatible:
+        lines.append(f"FAIL  cannot compare: {problem}")
+    for group, word in (
+        (result.new, "FAIL"),
+        (result.worse, "FAIL"),
+        (result.widened, "FAIL"),
+        (result.unmeasured, "FAIL"),
+        (result.fixed, "fixed"),
+        (result.noted, "note"),
+    ):
+        lines += [f"{word:5} {c.finding_id}: {c.what}" for c in group]
+    if result.fixed and not result.failed:
+        lines.append("hint: findings were fixed; record a new baseline so the gate keeps the gain")
+    if not lines:
+        lines.append("no change against the baseline")
+    return "\n".join(lines)

@@ -1,0 +1,242 @@
+"""Launchers: how the probe gets into a sandbox. Each builds an argv; none runs anything.
+
+A launch is an argv prefix plus the interpreter to start inside the sandbox; the runner appends
+``<python> -`` and feeds the probe on stdin, so the probe file never has to be mounted. The
+``command`` launcher is the exception: its template is complete and names ``{probe}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from agentsec.errors import AgentsecError
+from agentsec.report import Target
+from agentsec.runner import PROBE_PATH
+
+ENGINES = ("bwrap", "docker", "podman")
+IMAGE_INSPECT_TIMEOUT_S = 30
+
+
+class LaunchError(AgentsecError):
+    """A launch that cannot be built: unknown preset, missing engine or image, bad template."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    engine: str
+    flags: tuple[str, ...]
+    rationale: str
+    drop_to: str | None = None
+    rootless: bool = False
+
+    @property
+    def needs_image(self) -> bool:
+        return self.engine != "bwrap"
+
+
+@dataclass(frozen=True)
+class Launch:
+    prefix: tuple[str, ...]
+    python: str | None  # None: the prefix is a whole command that runs the probe itself
+    target: Target
+
+
+@cache
+def load_presets() -> dict[str, Preset]:
+    text = resources.files("agentsec.data").joinpath("presets.json").read_text(encoding="utf-8")
+    presets = {}
+    for raw in json.loads(text)["presets"]:
+        preset = Preset(
+            name=raw["name"],
+            engine=raw["engine"],
+            flags=tuple(raw["flags"]),
+            rationale=raw["rationale"],
+            drop_to=raw.get("drop_to"),
+            rootless=raw.get("rootless", False),
+        )
+        if preset.engine not in ENGINES:
+            raise LaunchError(f"preset {preset.name}: unknown engine {preset.engine!r}")
+        presets[preset.name] = preset
+    return presets
+
+
+def get_preset(name: str) -> Preset:
+    presets = load_presets()
+    if name not in presets:
+        raise LaunchError(
+            f"unknown preset {name!r}; `agentsec presets` lists them ({', '.join(presets)})"
+        )
+    return presets[name]
+
+
+def _require_binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise LaunchError(f"{name!r} is not installed or not on PATH")
+    return path
+
+
+def _privilege_drop(drop_to: str | None) -> tuple[str, ...]:
+    """setpriv to an unprivileged uid when running as root (see DESIGN: root-started user
+    namespaces map the sandbox's uid to host root, which leaves root-owned files in reach)."""
+    if drop_to is None or os.geteuid() != 0:
+        return ()
+    uid, _, gid = drop_to.partition(":")
+    return (
+        _require_binary("setpriv"),
+        f"--reuid={uid}",
+        f"--regid={gid or uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+    )
+
+
+def expand_workdir(flags: Sequence[str], workdir: str) -> tuple[str, ...]:
+    return tuple(flag.replace("{workdir}", workdir) for flag in flags)
+
+
+def local_launch(how: str, python: str) -> Launch:
+    return Launch(prefix=(), python=python, target=Target(kind="local", how=how))
+
+
+def bwrap_launch(
+    flags: Sequence[str],
+    how: str,
+    python: str = "python3",
+    preset: str | None = None,
+    drop_to: str | None = None,
+) -> Launch:
+    bwrap = _require_binary("bwrap")
+    flags = expand_workdir(flags, os.getcwd())
+    prefix = (*_privilege_drop(drop_to), bwrap, *flags, "--")
+    target = Target(
+        kind="preset" if preset else "bwrap",
+        how=how,
+        engine="bwrap",
+        flags=flags,
+        command=(*prefix, python, "-"),
+        preset=preset,
+    )
+    return Launch(prefix=prefix, python=python, target=target)
+
+
+def image_digest(engine_bin: str, image: str) -> str:
+    """The image's digest (or ID) as the engine reports it; a missing image is an error."""
+    try:
+        proc = subprocess.run(
+            [engine_bin, "image", "inspect", "--format", "{{.Digest}} {{.Id}}", image],
+            capture_output=True,
+            text=True,
+            timeout=IMAGE_INSPECT_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(
+            f"{engine_bin} did not answer within {IMAGE_INSPECT_TIMEOUT_S} s"
+        ) from exc
+    if proc.returncode != 0:
+        raise LaunchError(
+            f"image {image!r} not found by {engine_bin}: pull or build it first "
+            f"({engine_bin} image pull {image})"
+        )
+    digest, _, image_id = proc.stdout.strip().partition(" ")
+    return digest if digest and digest != "<none>" else image_id
+
+
+def container_launch(
+    engine: str,
+    image: str,
+    flags: Sequence[str],
+    how: str,
+    engine_bin: str | None = None,
+    python: str = "python3",
+    preset: str | None = None,
+) -> Launch:
+    binary = _require_binary(engine_bin or engine)
+    digest = image_digest(binary, image)
+    flags = tuple(flags)
+    prefix = (binary, "run", "--rm", "-i", *flags, image)
+    target = Target(
+        kind="preset" if preset else engine,
+        how=how,
+        engine=engine,
+        image=image,
+        digest=digest,
+        flags=flags,
+        command=(*prefix, python, "-"),
+        preset=preset,
+    )
+    return Launch(prefix=prefix, python=python, target=target)
+
+
+def command_launch(template: str, how: str) -> Launch:
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise LaunchError(f"cannot parse the command template: {exc}") from exc
+    if not any("{probe}" in word for word in words):
+        raise LaunchError("the command template must contain {probe} (the probe file's path)")
+    argv = tuple(word.replace("{probe}", str(PROBE_PATH)) for word in words)
+    _require_binary(argv[0])
+    return Launch(prefix=argv, python=None, target=Target(kind="command", how=how, command=argv))
+
+
+def preset_launch(
+    name: str,
+    how: str,
+    image: str | None = None,
+    extra_flags: Sequence[str] = (),
+    engine_bin: str | None = None,
+    python: str = "python3",
+) -> Launch:
+    preset = get_preset(name)
+    flags = (*preset.flags, *extra_flags)
+    if preset.engine == "bwrap":
+        return bwrap_launch(flags, how, python, preset=name, drop_to=preset.drop_to)
+    if not image:
+        raise LaunchError(f"preset {name} runs a container: pass --image")
+    if preset.rootless and os.geteuid() == 0:
+        raise LaunchError(f"preset {name} is rootless: run it as a non-root user")
+    return container_launch(preset.engine, image, flags, how, engine_bin, python, preset=name)
+
+
+@dataclass(frozen=True)
+class Availability:
+    preset: Preset
+    runnable: bool
+    why_not: str = ""
+
+
+def availability(preset: Preset) -> Availability:
+    """Whether this host can run a preset now, and if not, why (for `agentsec presets`)."""
+    if shutil.which(preset.engine) is None:
+        return Availability(preset, False, f"{preset.engine} is not installed")
+    if preset.drop_to and os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return Availability(preset, False, "setpriv (util-linux) is needed to drop root")
+    if preset.rootless and os.geteuid() == 0:
+        return Availability(preset, False, "rootless: run as a non-root user")
+    if preset.engine == "docker" and not _docker_daemon_up():
+        return Availability(preset, False, "no Docker engine answers on this host")
+    return Availability(preset, True)
+
+
+def _docker_daemon_up() -> bool:
+    host = os.environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return True  # a remote engine: the run itself will say whether it answers
+    socket_path = host.removeprefix("unix://") or "/var/run/docker.sock"
+    return os.path.exists(socket_path)
+
+
+def describe(launch: Launch) -> str:
+    """The command as a user could paste it."""
+    tail = (launch.python, "-") if launch.python else ()
+    return shlex.join((*launch.prefix, *tail))

@@ -1,0 +1,1486 @@
+#!/usr/bin/env python3
+"""agentsec blast-radius probe: measure, from inside a sandbox, what a process there can reach.
+
+Run it as a script inside the sandbox (`python3 blast_probe.py`, or `python3 - < blast_probe.py`).
+It prints exactly one JSON line on stdout (the format is docs/probe-output.md, probe format 1) and
+exits 0. It needs only the Python standard library (3.8 or newer) and Linux's /proc.
+
+What it measures, one small section each: identity and confinement (capabilities, seccomp,
+user namespace, Landlock, LSM), whether new namespaces can be made, network egress (TCP, IPv6,
+one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port), secret-looking environment
+variable names, credential files, container runtime and SSH agent sockets, the kernel keyring,
+other processes' environments, writable directories and /proc/sys files, host mounts, setuid
+programs, visible processes, files that would persist outside the sandbox, and resource limits.
+
+What it never does:
+- read a secret: environment variables are reported by name and length only; a credential file is
+  opened and zero bytes are read from it; /proc/<pid>/environ files are opened and never read;
+- send a byte on a TCP connection to a target: it connects and closes. The only datagram it sends
+  is one fixed DNS question (`example.com A`) to the udp_dns target. A configured HTTP proxy is
+  sent only `CONNECT host:port` with a Host header (and Proxy-Authorization only when
+  AGENTSEC_PROBE_PROXY_AUTH=1); it reads the status line and closes, and never starts TLS;
+- print the proxy's address or credentials;
+- create any file except one zero-byte marker per probed directory, made with O_EXCL under a
+  random name and deleted at once (plus one temporary directory holding its own control socket,
+  removed when the check ends);
+- create or change a persistence file: only files that already exist are opened, for append,
+  and closed without writing, so their content and modification time stay the same;
+- change anything in its own namespaces: unshare and mount are tried in a child process.
+
+Every section runs in its own daemon thread under one deadline (AGENTSEC_PROBE_TIMEOUT, default
+2 s, plus 1 s). A section that raises or misses the deadline is reported as not measured
+(`ok: false`), never as sealed. AGENTSEC_PROBE_FAULT=name[,name] makes sections raise on purpose;
+AGENTSEC_PROBE_TARGETS=/path.json replaces the network targets below.
+"""
+
+import base64
+import collections
+import contextlib
+import errno
+import ipaddress
+import json
+import math
+import os
+import platform
+import re
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+PROBE_FORMAT = 1
+PROBE_VERSION = "1.0.0"
+
+# ---------------------------------------------------------------------------------------------
+# Fixed targets. AGENTSEC_PROBE_TARGETS may replace any of these keys (docs/probe-output.md).
+# ---------------------------------------------------------------------------------------------
+DEFAULT_TARGETS = {
+    "egress": ("dns.google:443", "pypi.org:443", "github.com:443", "1.1.1.1:53"),
+    "metadata": ("169.254.169.254:80", "metadata.google.internal:80"),
+    "ipv6": ("[2606:4700:4700::1111]:443", "[2001:4860:4860::8888]:443"),
+    "udp_dns": "1.1.1.1:53",
+    "dns_control": "example.com",
+    "proxy_control": "example.com:443",
+    "docker_tcp_port": 2375,
+    "public_networks": (),
+}
+
+DEFAULT_TIMEOUT_S = 2.0
+MAX_TIMEOUT_S = 60.0
+DEADLINE_SLACK_S = 1.0  # the whole probe ends within the timeout plus this
+OUTPUT_RESERVE_S = 0.2  # kept back from the deadline for writing the JSON
+WORKER_GRACE_S = 0.15  # lets a connect that timed out at the budget's end report it
+
+# ---------------------------------------------------------------------------------------------
+# Fixed local checks.
+# ---------------------------------------------------------------------------------------------
+HOME_CREDENTIAL_FILES = (
+    "~/.aws/credentials", "~/.aws/config",
+    "~/.ssh/id_rsa", "~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/config",
+    "~/.netrc", "~/.npmrc", "~/.pypirc", "~/.docker/config.json", "~/.kube/config",
+    "~/.config/gcloud/credentials.db", "~/.config/gcloud/application_default_credentials.json",
+    "~/.azure/accessTokens.json", "~/.git-credentials", "~/.gitconfig",
+)
+# Login files of coding agents and of the GitHub CLI they drive (agent_login: true).
+AGENT_LOGIN_FILES = (
+    "~/.claude/.credentials.json", "~/.claude.json", "~/.codex/auth.json",
+    "~/.config/gh/hosts.yml", "~/.gemini/oauth_creds.json",
+)
+ABSOLUTE_CREDENTIAL_PATHS = (
+    "/run/secrets",
+    "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    "/etc/shadow",
+)
+
+RUNTIME_SOCKETS = (
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/var/run/crio/crio.sock",
+)
+ROOTLESS_SOCKET_NAMES = ("docker.sock", "podman/podman.sock")
+
+PERSISTENCE_TARGETS = (
+    ("~/.bashrc", "shell"), ("~/.bash_profile", "shell"), ("~/.profile", "shell"),
+    ("~/.zshrc", "shell"), ("~/.zprofile", "shell"), ("~/.config/fish/config.fish", "shell"),
+    ("~/.ssh/authorized_keys", "ssh"), ("~/.gitconfig", "git"),
+    ("~/.claude/settings.json", "agent"), ("~/.claude/settings.local.json", "agent"),
+    ("~/.codex/config.toml", "agent"), ("./.claude/settings.json", "agent"),
+)
+GIT_HOOKS_DIR = "./.git/hooks"
+
+WRITABLE_DIRS = (
+    "/", "/etc", "/usr/bin", "/usr/local/bin", "/root", "/home", "/var", "/opt", "/tmp",
+    "/dev/shm", ".",
+)
+MARKER_PREFIX = ".agentsec-probe-"
+
+PROC_SYS_FILES = (
+    "/proc/sys/kernel/core_pattern",
+    "/proc/sys/kernel/modprobe",
+    "/proc/sys/kernel/hostname",
+    "/proc/sys/net/ipv4/ip_forward",
+)
+CORE_PATTERN = "/proc/sys/kernel/core_pattern"
+
+SETUID_CANDIDATES = (
+    "/usr/bin/sudo", "/usr/bin/su", "/bin/su", "/usr/bin/passwd", "/usr/bin/mount", "/bin/mount",
+    "/usr/bin/umount", "/bin/umount", "/usr/bin/newgrp", "/usr/bin/chsh", "/usr/bin/chfn",
+    "/usr/bin/gpasswd", "/usr/bin/pkexec", "/usr/bin/doas", "/usr/bin/fusermount",
+    "/usr/bin/fusermount3", "/usr/bin/bwrap", "/usr/lib/openssh/ssh-keysign",
+    "/usr/libexec/openssh/ssh-keysign", "/usr/lib/dbus-1.0/dbus-daemon-launch-helper",
+)
+
+# Filesystems that live on a block device: a mount of one (other than "/") is host storage.
+BLOCK_FILESYSTEMS = frozenset((
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "vfat", "msdos", "exfat", "ntfs",
+    "ntfs3", "fuseblk", "jfs", "reiserfs", "hfs", "hfsplus", "bcachefs",
+))
+
+# Secret-looking environment variable names: whole underscore-separated words, so that
+# TOKENIZERS_PARALLELISM or KEYBOARD never match. SESSION alone is not a secret word
+# (XDG_SESSION_ID, DBUS_SESSION_BUS_ADDRESS); AWS_SESSION_TOKEN matches through TOKEN.
+SECRET_WORDS = frozenset((
+    "SECRET", "SECRETS", "TOKEN", "TOKENS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS",
+    "PASSPHRASE", "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "CREDENTIAL", "CREDENTIALS",
+    "CREDS", "PAT", "JWT", "BEARER", "OAUTH", "AUTH",
+))
+# KEY counts only right after one of these words (API_KEY, AWS_ACCESS_KEY_ID), never GPG_KEY.
+KEY_QUALIFIERS = frozenset((
+    "API", "ACCESS", "SECRET", "PRIVATE", "ENCRYPTION", "SIGNING", "MASTER", "SERVICE", "ACCOUNT",
+))
+KEY_WORDS = frozenset(("KEY", "KEYS"))
+# A name ending in one of these holds where a secret is, not the secret: SSH_AUTH_SOCK is a
+# socket path (reported by the sockets section), PASSWORD_STORE_DIR a directory.
+NOT_SECRET_LAST_WORDS = frozenset((
+    "SOCK", "SOCKET", "DIR", "PATH", "FILE", "HOST", "PORT", "URL", "TYPE", "MODE",
+))
+WELL_KNOWN_SECRET_NAMES = frozenset((
+    "GITHUB_TOKEN", "GH_TOKEN", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "NPM_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN", "AWS_ACCESS_KEY_ID", "PGPASSWORD", "MYSQL_PWD",
+))
+
+# CONNECT is asked for TLS ports, so the HTTPS proxy setting comes first, as curl would use it.
+PROXY_VARIABLES = (
+    "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "http_proxy", "HTTP_PROXY",
+)
+
+CAPABILITY_NAMES = (
+    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
+    "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER", "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG",
+    "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+)
+
+SYSCALL_NUMBERS = {
+    "x86_64": {"keyctl": 250, "landlock_create_ruleset": 444},
+    "aarch64": {"keyctl": 219, "landlock_create_ruleset": 444},
+    "arm64": {"keyctl": 219, "landlock_create_ruleset": 444},
+}
+KEYCTL_GET_KEYRING_ID = 0
+KEY_SPEC_SESSION_KEYRING = -3
+LANDLOCK_CREATE_RULESET_VERSION = 1
+
+IDENTITY_UID_MAP = "0 0 4294967295"  # the initial user namespace's map
+INITIAL_PID_NAMESPACE = "pid:[4026531836]"  # fixed inode of the kernel's first pid namespace
+RTF_UP = 0x0001
+RTF_REJECT = 0x0200
+MAX_OTHER_PIDS = 200
+ABSURD_MEMORY_LIMIT = 1 << 60  # cgroup v1 writes "unlimited" as a number near 2**63
+PID_MAX_LIMIT = 1 << 22
+
+Settings = collections.namedtuple(
+    "Settings", "environ timeout budget_end section_deadline targets targets_error faults"
+)
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers.
+# ---------------------------------------------------------------------------------------------
+
+
+def clean_text(value, limit=300):
+    """Printable, length-capped text: names and paths from inside the sandbox are untrusted."""
+    text = value if isinstance(value, str) else str(value)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(ch if ch.isprintable() else "?" for ch in text)[:limit]
+
+
+def describe_exception(exc):
+    return clean_text("%s: %s" % (type(exc).__name__, exc))
+
+
+def errno_name(exc):
+    code = getattr(exc, "errno", None)
+    if code is None:
+        return None
+    return errno.errorcode.get(code, str(code))
+
+
+def read_text(path, limit=1 << 20):
+    """The file's text, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def read_lines(path):
+    text = read_text(path)
+    return [] if text is None else text.splitlines()
+
+
+def remaining(deadline):
+    return deadline - time.monotonic()
+
+
+def can_open(path, flags):
+    """Open path with flags and close it at once. True, False (refused) or None (absent)."""
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        return None if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ESRCH) else False
+    os.close(fd)
+    return True
+
+
+def existence(path):
+    """(True, file identity) if path exists, (False, None) if not, (None, None) if unknown."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return (False, None) if exc.errno in (errno.ENOENT, errno.ENOTDIR) else (None, None)
+    return True, (info.st_dev, info.st_ino)
+
+
+def is_readable(path):
+    """Open the file and read zero bytes (a directory: list it); nothing is read out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            with os.scandir(path) as entries:
+                next(entries, None)
+        else:
+            os.read(fd, 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def create_marker(directory):
+    """Create and at once delete a zero-byte file with a random name: (writable, errno name).
+    When the marker was made but could not be removed, writable is True and errno says why."""
+    path = os.path.join(directory, MARKER_PREFIX + os.urandom(8).hex())
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        return False, errno_name(exc)
+    try:
+        os.close(fd)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            return True, errno_name(exc)
+    return True, None
+
+
+def passwd_entry():
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid())
+    except (ImportError, KeyError):
+        return None
+
+
+def home_dirs(environ):
+    """[(via, directory)] for $HOME and the passwd home, so redirecting HOME hides nothing."""
+    homes = []
+    if environ.get("HOME"):
+        homes.append(("home", environ["HOME"]))
+    entry = passwd_entry()
+    if entry is not None and entry.pw_dir:
+        homes.append(("passwd", entry.pw_dir))
+    return homes
+
+
+def home_file_candidates(relative, homes):
+    """Where `~/...` points: one (via, full path, exists) per distinct existing file; if none
+    of the homes holds it, a single entry saying so (exists None when that could not be told)."""
+    if relative.startswith("./"):
+        exists, _ = existence(relative)
+        return [("cwd", relative, exists)]
+    found, seen, missing = [], set(), None
+    for via, home in homes:
+        path = os.path.join(home, relative[2:])
+        exists, identity = existence(path)
+        if exists and identity not in seen:
+            seen.add(identity)
+            found.append((via, path, True))
+        elif not exists and (missing is None or (missing[2] is False and exists is None)):
+            missing = (via, path, exists)
+    if found:
+        return found
+    return [missing or ("home", None, None)]
+
+
+def run_concurrently(jobs, deadline):
+    """Run each (key, function) in its own daemon thread; wait until all end or the deadline.
+    Returns {key: ("value", v) | ("raised", exc)} for the jobs that ended. A job still running
+    at the deadline is left out; its daemon thread is abandoned (getaddrinfo cannot be
+    cancelled) and cannot delay the exit."""
+    ended = {}
+    lock = threading.Lock()
+
+    def run_one(key, function):
+        try:
+            outcome = ("value", function())
+        except Exception as exc:
+            outcome = ("raised", exc)
+        with lock:
+            ended[key] = outcome
+
+    threads = []
+    for key, function in jobs:
+        thread = threading.Thread(target=run_one, args=(key, function), name="probe-%s" % key)
+        thread.daemon = True
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread left, e.g. under a pids limit
+            with lock:
+                ended[key] = ("raised", exc)
+            continue
+        threads.append(thread)
+    for thread in threads:
+        thread.join(max(0.0, remaining(deadline)))
+    with lock:
+        return dict(ended)
+
+
+class Progress:
+    """A result a worker fills in step by step; it can be read at any time, because a worker
+    still busy at the deadline is abandoned and its last step is what gets reported."""
+
+    def __init__(self, **initial):
+        self._lock = threading.Lock()
+        self._values = dict(initial)
+
+    def update(self, **values):
+        with self._lock:
+            self._values.update(values)
+
+    def snapshot(self):
+        with self._lock:
+            return dict(self._values)
+
+
+def run_workers(progress_by_key, jobs, deadline):
+    """Run jobs concurrently and return each Progress's snapshot; a job that raised is `error`."""
+    outcomes = run_concurrently(jobs, deadline)
+    results = {}
+    for key, progress in progress_by_key.items():
+        if outcomes.get(key, ("value", None))[0] == "raised":
+            progress.update(result="error")
+        results[key] = progress.snapshot()
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets: the fixed list, or an override file.
+# ---------------------------------------------------------------------------------------------
+HOST_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:")
+
+
+def parse_host(text):
+    """A host name or IP literal made of safe characters only (it goes into a CONNECT line)."""
+    if not isinstance(text, str) or not 0 < len(text) <= 253 or not set(text) <= HOST_CHARACTERS:
+        raise ValueError("bad host %r" % (text,))
+    return text
+
+
+def parse_port(value):
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ValueError("bad port %r" % (value,))
+    return value
+
+
+def parse_endpoint(text):
+    """'host:port' or '[IPv6]:port' -> (host, port)."""
+    if not isinstance(text, str):
+        raise ValueError("bad endpoint %r" % (text,))
+    if text.startswith("["):
+        host, separator, port = text[1:].partition("]:")
+    else:
+        host, separator, port = text.rpartition(":")
+    if not separator or not port.isdigit():
+        raise ValueError("bad endpoint %r" % (text,))
+    return parse_host(host), parse_port(int(port))
+
+
+def parse_endpoint_list(value):
+    if not isinstance(value, list):
+        raise ValueError("expected a list of 'host:port'")
+    for item in value:
+        parse_endpoint(item)
+    return value
+
+
+def parse_endpoint_value(value):
+    parse_endpoint(value)
+    return value
+
+
+def parse_network_list(value):
+    if not isinstance(value, list):
+        raise ValueError("expected a list of networks")
+    for item in value:
+        ipaddress.ip_network(item, strict=False)
+    return value
+
+
+TARGET_PARSERS = {
+    "egress": parse_endpoint_list,
+    "metadata": parse_endpoint_list,
+    "ipv6": parse_endpoint_list,
+    "udp_dns": parse_endpoint_value,
+    "dns_control": parse_host,
+    "proxy_control": parse_endpoint_value,
+    "docker_tcp_port": parse_port,
+    "public_networks": parse_network_list,
+}
+
+
+def load_targets(environ):
+    """(targets, overridden, error). An override that cannot be used is an error, never a
+    silent fall-back: the network and proxy sections then report not measured."""
+    targets = dict(DEFAULT_TARGETS)
+    path = environ.get("AGENTSEC_PROBE_TARGETS")
+    if not path:
+        return targets, False, None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            override = json.load(handle)
+        if not isinstance(override, dict):
+            raise ValueError("the override must be a JSON object")
+        unknown = sorted(set(override) - set(TARGET_PARSERS))
+        if unknown:
+            raise ValueError("unknown keys %s" % ", ".join(unknown))
+        for key, value in override.items():
+            targets[key] = TARGET_PARSERS[key](value)
+    except (OSError, ValueError) as exc:
+        return dict(DEFAULT_TARGETS), True, describe_exception(exc)
+    return targets, True, None
+
+
+def require_targets(settings):
+    if settings.targets_error:
+        raise ValueError("AGENTSEC_PROBE_TARGETS unusable: " + settings.targets_error)
+    return settings.targets
+
+
+# ---------------------------------------------------------------------------------------------
+# Connections.
+# ---------------------------------------------------------------------------------------------
+REFUSED_ERRNOS = (errno.ECONNREFUSED, errno.ECONNRESET)
+UNREACHABLE_ERRNOS = (
+    errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EHOSTDOWN, errno.EAFNOSUPPORT,
+    errno.EADDRNOTAVAIL,
+)
+DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
+
+
+def connection_result(exc):
+    if isinstance(exc, socket.timeout) or exc.errno == errno.ETIMEDOUT:
+        return "timeout"
+    if exc.errno in REFUSED_ERRNOS:
+        return "refused"
+    if exc.errno in UNREACHABLE_ERRNOS:
+        return "unreachable"
+    if exc.errno in DENIED_ERRNOS:
+        return "denied"
+    return "error"
+
+
+def connect_and_close(family, sock_type, sockaddr, deadline):
+    """Connect, then close without sending anything. Returns (result, errno name)."""
+    if remaining(deadline) <= 0:
+        return "timeout", None
+    try:
+        sock = socket.socket(family, sock_type)
+    except OSError as exc:
+        return connection_result(exc), errno_name(exc)
+    try:
+        sock.settimeout(max(0.001, remaining(deadline)))
+        sock.connect(sockaddr)
+        return "connected", None
+    except OSError as exc:
+        return connection_result(exc), errno_name(exc)
+    finally:
+        sock.close()
+
+
+def connect_unix(path, deadline):
+    result, code = connect_and_close(socket.AF_UNIX, socket.SOCK_STREAM, path, deadline)
+    return "absent" if code in ("ENOENT", "ENOTDIR") else result
+
+
+def is_ip_literal(host):
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def lookup_result(exc):
+    if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):
+        return "nxdomain"
+    return "error"
+
+
+def resolve(host, port, family, sock_type):
+    """(lookup word, [(family, sockaddr)]). IP literals are never sent to a resolver."""
+    literal = is_ip_literal(host)
+    flags = socket.AI_NUMERICHOST if literal else 0
+    try:
+        infos = socket.getaddrinfo(host, port, family, sock_type, 0, flags)
+    except socket.gaierror as exc:
+        return ("literal" if literal else lookup_result(exc)), []
+    seen, found = set(), []
+    for info_family, _, _, _, sockaddr in infos:
+        if sockaddr[0] not in seen:
+            seen.add(sockaddr[0])
+            found.append((info_family, sockaddr))
+    return ("literal" if literal else "ok"), found
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections. Each takes the run's Settings and returns its `data` object.
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_status_file(path):
+    fields = {}
+    for line in read_lines(path):
+        key, separator, value = line.partition(":")
+        if separator:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def capability_names(mask):
+    return [
+        CAPABILITY_NAMES[bit] if bit < len(CAPABILITY_NAMES) else "CAP_%d" % bit
+        for bit in range(64)
+        if mask >> bit & 1
+    ]
+
+
+def raw_syscall(name, *arguments):
+    """(return value, errno) of a syscall by number, or None where it cannot be made here."""
+    number = SYSCALL_NUMBERS.get(platform.machine(), {}).get(name)
+    if number is None:
+        return None
+    try:
+        import ctypes
+    except ImportError:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    value = libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in arguments])
+    return value, ctypes.get_errno()
+
+
+def landlock_abi():
+    outcome = raw_syscall("landlock_create_ruleset", 0, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    if outcome is None or outcome[0] < 0:
+        return None
+    return outcome[0]
+
+
+def apparmor_label():
+    for path in ("/proc/self/attr/apparmor/current", "/proc/self/attr/current"):
+        text = read_text(path, 4096)
+        if text:
+            return clean_text(text.strip("\0\n "), 200)
+    return None
+
+
+def section_identity(settings):
+    status = parse_status_file("/proc/self/status")
+    uid_map_text = read_text("/proc/self/uid_map")
+    uid_map = None
+    if uid_map_text is not None:
+        uid_map = "\n".join(" ".join(line.split()) for line in uid_map_text.splitlines() if line)
+    cap_eff = status.get("CapEff")
+    lsm = read_text("/sys/kernel/security/lsm", 4096)
+    return {
+        "euid": os.geteuid(),
+        "egid": os.getegid(),
+        "uid_map": uid_map,
+        "in_user_namespace": None if uid_map is None else uid_map != IDENTITY_UID_MAP,
+        "cap_eff": cap_eff,
+        "caps": capability_names(int(cap_eff, 16)) if cap_eff else [],
+        "seccomp": int(status["Seccomp"]) if status.get("Seccomp", "").isdigit() else None,
+        "no_new_privs": status["NoNewPrivs"] == "1" if "NoNewPrivs" in status else None,
+        "landlock_abi": landlock_abi(),
+        "lsm": clean_text(lsm.strip("\0\n "), 200) if lsm else None,
+        "apparmor": apparmor_label(),
+    }
+
+
+# Runs in a child, so that unshare and mount change nothing in the probe's own process.
+# unshare(CLONE_NEWUSER) answers "can a user namespace be made"; unshare(CLONE_NEWNS) after it
+# (in that user namespace, or directly when the first step failed and the process is privileged)
+# and a tmpfs mount over /tmp, in the child's own private mount tree, answer "can it mount".
+NAMESPACE_CHILD_CODE = r"""
+import errno, json, os
+try:
+    import ctypes
+except ImportError:
+    print(json.dumps({"ctypes": False}))
+    raise SystemExit(0)
+libc = ctypes.CDLL(None, use_errno=True)
+def outcome(value):
+    return "ok" if value == 0 else errno.errorcode.get(ctypes.get_errno(), "error")
+steps = {"ctypes": True}
+steps["user"] = outcome(libc.unshare(ctypes.c_int(0x10000000)))
+steps["mount_ns"] = outcome(libc.unshare(ctypes.c_int(0x00020000)))
+if steps["mount_ns"] == "ok":
+    rec_private = ctypes.c_ulong(0x4000 | 0x40000)
+    steps["private"] = outcome(libc.mount(None, b"/", None, rec_private, None))
+    target = b"/tmp" if os.path.isdir("/tmp") else b"/"
+    steps["mount"] = outcome(libc.mount(b"tmpfs", target, b"tmpfs", ctypes.c_ulong(0), None))
+print(json.dumps(steps))
+"""
+
+
+def namespace_result(user_ns, mount, detail):
+    return {"user_ns_creatable": user_ns, "mount_in_new_ns": mount, "detail": detail}
+
+
+def section_namespaces(settings):
+    if not sys.executable:
+        return namespace_result(None, None, "no interpreter path to start a child with")
+    try:
+        child = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", NAMESPACE_CHILD_CODE],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=max(0.05, remaining(settings.budget_end)),
+        )
+    except subprocess.TimeoutExpired:
+        return namespace_result(None, None, "child timed out")
+    except OSError as exc:
+        return namespace_result(None, None, "child could not start: " + describe_exception(exc))
+    try:
+        steps = json.loads(child.stdout.decode("utf-8", "replace"))
+    except ValueError:
+        return namespace_result(None, None, "child gave no answer (exit %s)" % child.returncode)
+    if not steps.get("ctypes"):
+        return namespace_result(None, None, "ctypes is missing")
+    detail = "; ".join(
+        "%s: %s" % (step, steps[step]) for step in ("user", "mount_ns", "private", "mount")
+        if step in steps
+    )
+    return namespace_result(steps.get("user") == "ok", steps.get("mount") == "ok", detail)
+
+
+def network_interfaces():
+    names = []
+    for line in read_lines("/proc/net/dev")[2:]:
+        name, separator, _ = line.partition(":")
+        if separator:
+            names.append(clean_text(name.strip(), 40))
+    return names
+
+
+def ipv4_default_gateway():
+    """(has default route, gateway or None) from /proc/net/route."""
+    found, gateway = False, None
+    for line in read_lines("/proc/net/route")[1:]:
+        fields = line.split()
+        if len(fields) < 8 or fields[1] != "00000000" or fields[7] != "00000000":
+            continue
+        if int(fields[3], 16) & RTF_UP:
+            found = True
+            if int(fields[2], 16) and gateway is None:
+                gateway = socket.inet_ntoa(struct.pack("<I", int(fields[2], 16)))
+    return found, gateway
+
+
+def ipv6_default_gateway():
+    """(has default route, gateway or None); the kernel's unreachable placeholder is skipped."""
+    found, gateway = False, None
+    for line in read_lines("/proc/net/ipv6_route"):
+        fields = line.split()
+        if len(fields) < 10 or fields[0] != "0" * 32 or fields[1] != "00":
+            continue
+        flags = int(fields[8], 16)
+        if flags & RTF_UP and not flags & RTF_REJECT:
+            found = True
+            if fields[4] != "0" * 32 and gateway is None:
+                gateway = str(ipaddress.IPv6Address(bytes.fromhex(fields[4])))
+    return found, gateway
+
+
+def is_public(address, extra_networks):
+    ip = ipaddress.ip_address(address.split("%")[0])
+    return ip.is_global or any(ip in network for network in extra_networks)
+
+
+def tcp_target_job(progress, host, port, family, deadline):
+    """Look the host up, then connect to its addresses (at most three) until one connects."""
+
+    def job():
+        lookup, found = resolve(host, port, family, socket.SOCK_STREAM)
+        progress.update(lookup=lookup, addresses=[clean_text(a[1][0], 64) for a in found[:8]])
+        if not found:
+            progress.update(result="not_attempted")
+            return
+        progress.update(result="timeout")
+        first = None
+        for address_family, sockaddr in found[:3]:
+            outcome = connect_and_close(address_family, socket.SOCK_STREAM, sockaddr, deadline)
+            first = first or outcome
+            if outcome[0] == "connected":
+                first = outcome
+                break
+        progress.update(result=first[0], errno=first[1])
+
+    return job
+
+
+DNS_QUESTION_NAME = "example.com"
+
+
+def build_dns_query(query_id):
+    """The 29-byte question `example.com IN A` with recursion desired, built by hand."""
+    header = struct.pack("!HHHHHH", query_id, 0x0100, 1, 0, 0, 0)
+    name = b"".join(
+        struct.pack("!B", len(label)) + label.encode("ascii")
+        for label in DNS_QUESTION_NAME.split(".")
+    )
+    return header + name + b"\x00" + struct.pack("!HH", 1, 1)
+
+
+def is_dns_answer(data, query_id):
+    return len(data) >= 12 and struct.unpack("!H", data[:2])[0] == query_id and data[2] & 0x80
+
+
+def udp_result(exc):
+    """An ICMP port-unreachable comes back as ECONNREFUSED: the question got no DNS answer."""
+    word = connection_result(exc)
+    return "unreachable" if word == "refused" else word
+
+
+def udp_dns_job(progress, host, port, deadline):
+    def job():
+        _, found = resolve(host, port, socket.AF_UNSPEC, socket.SOCK_DGRAM)
+        if not found:
+            return
+        family, sockaddr = found[0]
+        query_id = struct.unpack("!H", os.urandom(2))[0]
+        try:
+            sock = socket.socket(family, socket.SOCK_DGRAM)
+        except OSError as exc:
+            progress.update(result=udp_result(exc))
+            return
+        try:
+            sock.connect(sockaddr)
+            sock.send(build_dns_query(query_id))
+            progress.update(result="no_answer")
+            while remaining(deadline) > 0:
+                sock.settimeout(remaining(deadline))
+                if is_dns_answer(sock.recv(4096), query_id):
+                    progress.update(result="answered")
+                    return
+        except socket.timeout:
+            return
+        except OSError as exc:
+            progress.update(result=udp_result(exc))
+        finally:
+            sock.close()
+
+    return job
+
+
+def dns_control_job(progress, name, extra_networks):
+    def job():
+        lookup, found = resolve(name, None, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        addresses = [a[1][0] for a in found]
+        progress.update(
+            lookup=lookup,
+            addresses=[clean_text(a, 64) for a in addresses[:8]],
+            public=any(is_public(a, extra_networks) for a in addresses),
+        )
+
+    return job
+
+
+def section_network(settings):
+    targets = require_targets(settings)
+    deadline = settings.budget_end
+    extra_networks = [ipaddress.ip_network(n, strict=False) for n in targets["public_networks"]]
+    has_v4_default, v4_gateway = ipv4_default_gateway()
+    has_v6_default, v6_gateway = ipv6_default_gateway()
+    gateway = v4_gateway or v6_gateway
+
+    progress, jobs = collections.OrderedDict(), []
+    endpoints = [(e, "egress") for e in targets["egress"]]
+    endpoints += [(e, "metadata") for e in targets["metadata"]]
+    for index, (endpoint, kind) in enumerate(endpoints):
+        host, port = parse_endpoint(endpoint)
+        key = "tcp%d" % index
+        progress[key] = Progress(host=host, port=port, kind=kind, lookup="timeout", addresses=[],
+                                 result="not_attempted", errno=None)
+        jobs.append((key, tcp_target_job(progress[key], host, port, socket.AF_UNSPEC, deadline)))
+    for index, endpoint in enumerate(targets["ipv6"]):
+        host, port = parse_endpoint(endpoint)
+        key = "ipv6-%d" % index
+        progress[key] = Progress(host=host, port=port, lookup="timeout", addresses=[],
+                                 result="not_attempted", errno=None)
+        jobs.append((key, tcp_target_job(progress[key], host, port, socket.AF_INET6, deadline)))
+    udp_host, udp_port = parse_endpoint(targets["udp_dns"])
+    progress["udp"] = Progress(host=udp_host, port=udp_port, result="error")
+    jobs.append(("udp", udp_dns_job(progress["udp"], udp_host, udp_port, deadline)))
+    control = targets["dns_control"]
+    progress["control"] = Progress(name=control, lookup="timeout", addresses=[], public=False)
+    jobs.append(("control", dns_control_job(progress["control"], control, extra_networks)))
+    if gateway:
+        port = targets["docker_tcp_port"]
+        progress["docker"] = Progress(host=gateway, port=port, lookup="literal", addresses=[],
+                                      result="not_attempted", errno=None)
+        jobs.append(("docker", tcp_target_job(progress["docker"], gateway, port,
+                                              socket.AF_UNSPEC, deadline)))
+
+    results = run_workers(progress, jobs, deadline + WORKER_GRACE_S)
+    docker = results.get("docker")
+    return {
+        "no_route": not (has_v4_default or has_v6_default),
+        "default_gateway": gateway,
+        "interfaces": network_interfaces(),
+        "targets": [results[key] for key in results if key.startswith("tcp")],
+        "ipv6": [pick(results[key], "host", "port", "result", "errno")
+                 for key in results if key.startswith("ipv6-")],
+        "udp_dns": results["udp"],
+        "dns_control": results["control"],
+        "docker_tcp": pick(docker, "host", "port", "result") if docker else None,
+    }
+
+
+def pick(values, *keys):
+    return {key: values[key] for key in keys}
+
+
+def proxy_scheme_word(scheme):
+    if scheme in ("http", "https"):
+        return scheme
+    if scheme.startswith("socks"):
+        return "socks"
+    return "other"
+
+
+def parse_proxy_url(url):
+    """(scheme word, host, port, username, password). The URL holds credentials, so a parse
+    error says nothing about it."""
+    try:
+        parts = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+        scheme = proxy_scheme_word(parts.scheme.lower())
+        default_port = {"http": 80, "https": 443}.get(scheme, 1080)
+        host, port = parts.hostname, parts.port or default_port
+        username = urllib.parse.unquote(parts.username) if parts.username is not None else None
+        password = urllib.parse.unquote(parts.password or "")
+    except ValueError:
+        raise ValueError("the proxy URL could not be parsed") from None
+    if not host:
+        raise ValueError("the proxy URL names no host")
+    return scheme, host, port, username, password
+
+
+def format_authority(host, port):
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+def connect_request(host, port, authorization):
+    authority = format_authority(host, port)
+    lines = ["CONNECT %s HTTP/1.1" % authority, "Host: %s" % authority]
+    if authorization:
+        lines.append("Proxy-Authorization: Basic " + authorization)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+
+
+def read_status_code(sock, deadline):
+    """The status code from the proxy's status line, or None; nothing else is kept."""
+    data = b""
+    while b"\r\n" not in data and len(data) < 1024 and remaining(deadline) > 0:
+        sock.settimeout(remaining(deadline))
+        chunk = sock.recv(1024 - len(data))
+        if not chunk:
+            break
+        data += chunk
+    match = re.match(rb"HTTP/\d\.\d (\d{3})", data)
+    return int(match.group(1)) if match else None
+
+
+def proxy_result(status):
+    if status is None:
+        return "error"
+    if 200 <= status < 300:
+        return "tunnel"
+    if status == 407:
+        return "auth_required"
+    return "refused"
+
+
+def proxy_connect_job(progress, proxy, target, authorization, credentials_sent, deadline):
+    """Ask the proxy for a tunnel, read its status line, close. Never starts TLS."""
+
+    def job():
+        proxy_host, proxy_port = proxy
+        _, found = resolve(proxy_host, proxy_port, socket.AF_UNSPEC, socket.SOCK_STREAM)
+        if not found:
+            progress.update(result="error")
+            return
+        family, sockaddr = found[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(max(0.001, remaining(deadline)))
+            sock.connect(sockaddr)
+            sock.sendall(connect_request(target[0], target[1], authorization))
+            if authorization:
+                credentials_sent.set()
+            status = read_status_code(sock, deadline)
+            progress.update(status=status, result=proxy_result(status))
+        except socket.timeout:
+            progress.update(result="timeout")
+        except OSError:
+            progress.update(result="error")
+        finally:
+            sock.close()
+
+    return job
+
+
+def section_proxy(settings):
+    targets = require_targets(settings)
+    url = next((settings.environ[v] for v in PROXY_VARIABLES if settings.environ.get(v)), None)
+    if url is None:
+        return {"configured": False, "scheme": None, "auth_present": False, "auth_sent": False,
+                "results": []}
+    scheme, proxy_host, proxy_port, username, password = parse_proxy_url(url)
+    asked = [(*parse_endpoint(e), False) for e in targets["egress"]]
+    asked.append((*parse_endpoint(targets["proxy_control"]), True))
+    progress, jobs = collections.OrderedDict(), []
+    authorization = None
+    if settings.environ.get("AGENTSEC_PROBE_PROXY_AUTH") == "1" and username is not None:
+        token = ("%s:%s" % (username, password)).encode("utf-8")
+        authorization = base64.b64encode(token).decode("ascii")
+    credentials_sent = threading.Event()
+    for index, (host, port, control) in enumerate(asked):
+        progress[index] = Progress(host=host, port=port, control=control, status=None,
+                                   result="unsupported" if scheme != "http" else "timeout")
+        if scheme == "http":
+            jobs.append((index, proxy_connect_job(progress[index], (proxy_host, proxy_port),
+                                                  (host, port), authorization, credentials_sent,
+                                                  settings.budget_end)))
+    results = run_workers(progress, jobs, settings.budget_end + WORKER_GRACE_S)
+    return {
+        "configured": True,
+        "scheme": scheme,
+        "auth_present": username is not None,
+        "auth_sent": credentials_sent.is_set(),
+        "results": list(results.values()),
+    }
+
+
+def looks_like_secret_name(name):
+    upper = name.upper()
+    if upper in WELL_KNOWN_SECRET_NAMES:
+        return True
+    words = [word for word in upper.split("_") if word]
+    if not words or words[-1] in NOT_SECRET_LAST_WORDS:
+        return False
+    if any(word in SECRET_WORDS for word in words):
+        return True
+    return any(
+        word in KEY_WORDS and index > 0 and words[index - 1] in KEY_QUALIFIERS
+        for index, word in enumerate(words)
+    )
+
+
+def section_secrets_env(settings):
+    names = [
+        {"name": clean_text(name, 200), "length": len(value)}
+        for name, value in sorted(settings.environ.items())
+        if looks_like_secret_name(name)
+    ]
+    return {"names": names}
+
+
+def credential_entries(relative, homes, agent_login):
+    entries = []
+    for via, path, exists in home_file_candidates(relative, homes):
+        readable = bool(path) and exists is not False and is_readable(path)
+        entries.append({"path": relative, "exists": exists, "readable": readable,
+                        "agent_login": agent_login, "via": via})
+    return entries
+
+
+def section_credentials(settings):
+    homes = home_dirs(settings.environ)
+    files = []
+    for relative in HOME_CREDENTIAL_FILES:
+        files.extend(credential_entries(relative, homes, False))
+    for relative in AGENT_LOGIN_FILES:
+        files.extend(credential_entries(relative, homes, True))
+    for path in ABSOLUTE_CREDENTIAL_PATHS:
+        exists, _ = existence(path)
+        files.append({"path": path, "exists": exists,
+                      "readable": exists is not False and is_readable(path),
+                      "agent_login": False, "via": "absolute"})
+    return {"files": files}
+
+
+def runtime_socket_paths(environ):
+    """(path, rootless) for the system sockets and the per-user ones, each real path once."""
+    candidates = [(path, False) for path in RUNTIME_SOCKETS]
+    user_dirs = [environ.get("XDG_RUNTIME_DIR"), "/run/user/%d" % os.geteuid()]
+    for directory in [d for d in user_dirs if d]:
+        candidates += [(os.path.join(directory, name), True) for name in ROOTLESS_SOCKET_NAMES]
+    seen, unique = set(), []
+    for path, rootless in candidates:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            unique.append((path, rootless))
+    return unique
+
+
+def control_socket_results(environ, deadline):
+    """Connect to a socket of the probe's own and to a path that does not exist: a refusal of
+    the first means the whole syscall is refused, not one path."""
+    import tempfile
+
+    missing = "/nonexistent-agentsec-%s/socket" % os.urandom(6).hex()
+    # mkdtemp gets a directory, so tempfile never searches for one: gettempdir() would write a
+    # test file with content into each candidate.
+    base = next((d for d in (environ.get("TMPDIR"), "/tmp", "/dev/shm", "/var/tmp")
+                 if d and os.path.isdir(d)), None)
+    try:
+        directory = tempfile.mkdtemp(prefix=MARKER_PREFIX, dir=base)
+    except (OSError, TypeError):
+        return {"own_socket": "not_attempted", "missing_path": connect_unix(missing, deadline)}
+    try:
+        own = listen_and_connect(os.path.join(directory, "s"), deadline)
+    finally:
+        remove_tree_of_one(directory, "s")
+    return {"own_socket": own, "missing_path": connect_unix(missing, deadline)}
+
+
+def listen_and_connect(path, deadline):
+    try:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as exc:
+        return connection_result(exc)
+    try:
+        server.bind(path)
+        server.listen(1)
+        return connect_unix(path, deadline)
+    except OSError as exc:
+        return connection_result(exc)
+    finally:
+        server.close()
+
+
+def remove_tree_of_one(directory, name):
+    """Remove the control socket's directory and the one file it may hold."""
+    for remove, path in ((os.unlink, os.path.join(directory, name)), (os.rmdir, directory)):
+        with contextlib.suppress(OSError):
+            remove(path)
+
+
+def section_sockets(settings):
+    deadline = settings.budget_end
+    runtime = [
+        {"path": path, "rootless": rootless, "result": connect_unix(path, deadline)}
+        for path, rootless in runtime_socket_paths(settings.environ)
+    ]
+    agent_path = settings.environ.get("SSH_AUTH_SOCK")
+    ssh_agent = {"set": bool(agent_path),
+                 "result": connect_unix(agent_path, deadline) if agent_path else "not_attempted"}
+    return {"runtime": runtime, "ssh_agent": ssh_agent,
+            "control": control_socket_results(settings.environ, deadline)}
+
+
+def section_keyring(settings):
+    outcome = raw_syscall("keyctl", KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)
+    if outcome is None:
+        session = "error"
+    elif outcome[0] >= 0:
+        session = "accessible"
+    elif outcome[1] in (errno.EACCES, errno.EPERM, errno.ENOSYS, errno.ENOKEY):
+        session = "denied"  # refused by the sandbox (seccomp answers ENOSYS), or no keyring
+    else:
+        session = "error"
+    keys = read_text("/proc/keys")  # counted only: descriptions never leave this function
+    return {"session_keyring": session,
+            "visible_keys": None if keys is None else len(keys.splitlines())}
+
+
+def numeric_proc_entries():
+    try:
+        return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+    except OSError:
+        return []
+
+
+def parent_pid(pid):
+    text = read_text("/proc/%d/stat" % pid, 4096) or ""
+    fields = text.rpartition(")")[2].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+
+
+def section_proc_environ(settings):
+    own = os.getpid()
+    own_tasks = set()
+    with contextlib.suppress(OSError):
+        own_tasks = {int(name) for name in os.listdir("/proc/self/task") if name.isdigit()}
+    pid1_is_self = own == 1
+    checked = readable = 0
+    for pid in numeric_proc_entries():
+        if checked >= MAX_OTHER_PIDS:
+            break
+        # The probe, its threads and its children (the namespace test) are not "others".
+        if pid in (1, own) or pid in own_tasks or parent_pid(pid) == own:
+            continue
+        opened = can_open("/proc/%d/environ" % pid, os.O_RDONLY)
+        if opened is None:  # the process ended meanwhile
+            continue
+        checked += 1
+        readable += int(opened)
+    pid1 = None if pid1_is_self else can_open("/proc/1/environ", os.O_RDONLY)
+    return {"pid1_is_self": pid1_is_self, "pid1_environ_readable": pid1,
+            "others_checked": checked, "others_readable": readable}
+
+
+def unescape_mount_field(text):
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
+
+
+def read_mounts():
+    """Mounts from /proc/self/mountinfo as dicts: root, mountpoint, options, fstype, super."""
+    mounts = []
+    for line in read_lines("/proc/self/mountinfo"):
+        left, separator, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not separator or len(fields) < 6 or not tail:
+            continue
+        mounts.append({
+            "root": unescape_mount_field(fields[3]),
+            "mountpoint": unescape_mount_field(fields[4]),
+            "options": fields[5].split(","),
+            "fstype": tail[0],
+            "super": tail[2].split(",") if len(tail) > 2 else [],
+        })
+    return mounts
+
+
+def setuid_binaries():
+    found, seen = [], set()
+    for path in SETUID_CANDIDATES:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if info.st_mode & stat.S_ISUID and (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            found.append(path)
+    return found
+
+
+def section_filesystem(settings):
+    writable_dirs = []
+    for path in WRITABLE_DIRS:
+        writable, code = create_marker(path)
+        writable_dirs.append({"path": path, "writable": writable, "errno": code})
+    mounts = read_mounts()
+    root_options = [m["options"] for m in mounts if m["mountpoint"] == "/"]
+    host_mounts = [
+        {"mountpoint": clean_text(m["mountpoint"]), "fstype": m["fstype"],
+         "rw": "rw" in m["options"], "root": clean_text(m["root"])}
+        for m in mounts
+        if m["fstype"] in BLOCK_FILESYSTEMS and m["mountpoint"] != "/"
+    ][:64]
+    return {
+        "writable_dirs": writable_dirs,
+        "root_rw": "rw" in root_options[-1] if root_options else None,
+        "host_mounts": host_mounts,
+        "host_root_mounted": [m["mountpoint"] for m in host_mounts if m["root"] == "/"],
+        "sysrq_writable": can_open("/proc/sysrq-trigger", os.O_WRONLY),
+        "proc_sys_writable": [p for p in PROC_SYS_FILES if can_open(p, os.O_WRONLY)],
+        "core_pattern_writable": can_open(CORE_PATTERN, os.O_WRONLY),
+        "setuid_binaries": setuid_binaries(),
+    }
+
+
+def own_pid_namespace():
+    """True when the probe has a pid namespace of its own; None when that cannot be told."""
+    nspid = parse_status_file("/proc/self/status").get("NSpid", "").split()
+    if len(nspid) > 1:
+        return True
+    try:
+        return os.readlink("/proc/self/ns/pid") != INITIAL_PID_NAMESPACE
+    except OSError:
+        return None
+
+
+def section_processes(settings):
+    comm = read_text("/proc/1/comm", 256)
+    return {
+        "visible_pids": len(numeric_proc_entries()),
+        "own_pid_namespace": own_pid_namespace(),
+        "pid1_comm": clean_text(comm.strip(), 64) if comm else None,
+    }
+
+
+def section_persistence(settings):
+    homes = home_dirs(settings.environ)
+    targets = []
+    for relative, kind in PERSISTENCE_TARGETS:
+        for via, path, exists in home_file_candidates(relative, homes):
+            # O_APPEND without O_CREAT: a missing file is never made, an existing one unchanged.
+            appendable = bool(exists) and can_open(path, os.O_WRONLY | os.O_APPEND) is True
+            targets.append({"path": relative, "kind": kind, "exists": exists,
+                            "appendable": appendable, "via": via})
+    hooks_exist = os.path.isdir(GIT_HOOKS_DIR)
+    return {
+        "targets": targets,
+        "git_hooks": {"path": GIT_HOOKS_DIR, "exists": hooks_exist,
+                      "writable": hooks_exist and create_marker(GIT_HOOKS_DIR)[0]},
+    }
+
+
+def own_cgroups():
+    """({v1 controller: path}, v2 path or None) from /proc/self/cgroup."""
+    v1, v2 = {}, None
+    for line in read_lines("/proc/self/cgroup"):
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            v2 = path
+        else:
+            for controller in controllers.split(","):
+                v1[controller] = path
+    return v1, v2
+
+
+def cgroup_chain(mount, path):
+    """The probe's cgroup directory under this mount and every ancestor up to the mount."""
+    root = mount["root"].rstrip("/")
+    if path != root and not path.startswith(root + "/"):
+        return []
+    directory = os.path.normpath(mount["mountpoint"] + "/" + path[len(root):])
+    chain = [directory]
+    while len(directory) > len(mount["mountpoint"]) and directory != "/":
+        directory = os.path.dirname(directory)
+        chain.append(directory)
+    return chain
+
+
+def limit_files(mounts):
+    """(file, kind) for every memory and pids limit that applies to the probe."""
+    v1, v2 = own_cgroups()
+    files = []
+    for mount in mounts:
+        if mount["fstype"] == "cgroup2" and v2 is not None:
+            for directory in cgroup_chain(mount, v2):
+                files += [(directory + "/memory.max", "memory"), (directory + "/pids.max", "pids")]
+        elif mount["fstype"] == "cgroup":
+            if "memory" in mount["super"] and "memory" in v1:
+                files += [(d + "/memory.limit_in_bytes", "memory")
+                          for d in cgroup_chain(mount, v1["memory"])]
+            if "pids" in mount["super"] and "pids" in v1:
+                files += [(d + "/pids.max", "pids") for d in cgroup_chain(mount, v1["pids"])]
+    return files
+
+
+def read_limit(path, absurd):
+    text = (read_text(path, 64) or "").strip()
+    if not text.isdigit() or int(text) >= absurd:
+        return None  # "max", unreadable, or a number that means unlimited
+    return int(text)
+
+
+def rlimit_nproc():
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+
+
+def section_resources(settings):
+    limits = {"memory": [], "pids": []}
+    for path, kind in limit_files(read_mounts()):
+        value = read_limit(path, ABSURD_MEMORY_LIMIT if kind == "memory" else PID_MAX_LIMIT)
+        if value is not None:
+            limits[kind].append(value)
+    return {
+        "memory_limit": min(limits["memory"]) if limits["memory"] else None,
+        "pids_limit": min(limits["pids"]) if limits["pids"] else None,
+        "rlimit_nproc": rlimit_nproc(),
+    }
+
+
+SECTIONS = (
+    ("identity", section_identity),
+    ("namespaces", section_namespaces),
+    ("network", section_network),
+    ("proxy", section_proxy),
+    ("secrets_env", section_secrets_env),
+    ("credentials", section_credentials),
+    ("sockets", section_sockets),
+    ("keyring", section_keyring),
+    ("proc_environ", section_proc_environ),
+    ("filesystem", section_filesystem),
+    ("processes", section_processes),
+    ("persistence", section_persistence),
+    ("resources", section_resources),
+)
+SECTION_NAMES = tuple(name for name, _ in SECTIONS)
+
+# ---------------------------------------------------------------------------------------------
+# The run: settings, context, sections under one deadline, one JSON line.
+# ---------------------------------------------------------------------------------------------
+CONTEXT_JOB = "__context__"
+
+
+def collect_context(settings):
+    entry = passwd_entry()
+    try:
+        cwd = clean_text(os.getcwd(), 1000)
+    except OSError:
+        cwd = None
+    home = settings.environ.get("HOME")
+    return {
+        "hostname": clean_text(socket.gethostname(), 255),
+        "cwd": cwd,
+        "user": clean_text(entry.pw_name, 64) if entry else None,
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "home": clean_text(home, 1000) if home is not None else None,
+        "passwd_home": clean_text(entry.pw_dir, 1000) if entry else None,
+    }
+
+
+def read_timeout(environ):
+    try:
+        value = float(environ.get("AGENTSEC_PROBE_TIMEOUT", DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+    if not math.isfinite(value) or value <= 0:
+        return DEFAULT_TIMEOUT_S
+    return min(value, MAX_TIMEOUT_S)
+
+
+def requested_faults(environ):
+    wanted = {name.strip() for name in environ.get("AGENTSEC_PROBE_FAULT", "").split(",")}
+    return [name for name in SECTION_NAMES if name in wanted]
+
+
+def guarded(name, function, settings):
+    def run():
+        if name in settings.faults:
+            raise RuntimeError("fault injected by AGENTSEC_PROBE_FAULT")
+        return function(settings)
+
+    return run
+
+
+def section_report(outcome):
+    if outcome is None:
+        return {"ok": False, "timed_out": True,
+                "error": "TimeoutError: section did not finish before the deadline"}
+    kind, value = outcome
+    if kind == "raised":
+        return {"ok": False, "error": describe_exception(value), "timed_out": False}
+    return {"ok": True, "data": value}
+
+
+def run_all(settings):
+    jobs = [(name, guarded(name, function, settings)) for name, function in SECTIONS]
+    jobs.append((CONTEXT_JOB, lambda: collect_context(settings)))
+    outcomes = run_concurrently(jobs, settings.section_deadline)
+    sections = {name: section_report(outcomes.get(name)) for name in SECTION_NAMES}
+    context = outcomes.get(CONTEXT_JOB)
+    if context is None or context[0] != "value":
+        context = ("value", {"error": "context could not be collected"})
+    return sections, context[1]
+
+
+def build_settings(environ, started):
+    timeout = read_timeout(environ)
+    targets, overridden, targets_error = load_targets(environ)
+    settings = Settings(
+        environ=environ,
+        timeout=timeout,
+        budget_end=started + timeout,
+        section_deadline=started + timeout + DEADLINE_SLACK_S - OUTPUT_RESERVE_S,
+        targets=targets,
+        targets_error=targets_error,
+        faults=requested_faults(environ),
+    )
+    return settings, overridden
+
+
+def main():
+    started = time.monotonic()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    settings, overridden = build_settings(dict(os.environ), started)
+    sections, context = run_all(settings)
+    targets_report = {"overridden": overridden, "error": settings.targets_error}
+    targets_report.update(settings.targets)
+    report = {
+        "probe_format": PROBE_FORMAT,
+        "probe_version": PROBE_VERSION,
+        "python": platform.python_version(),
+        "platform": sys.platform,
+        "started_at": started_at,
+        "elapsed_s": round(time.monotonic() - started, 3),
+        "deadline_s": settings.timeout + DEADLINE_SLACK_S,
+        "targets": targets_report,
+        "faults_injected": settings.faults,
+        "context": context,
+        "sections": sections,
+    }
+    try:
+        sys.stdout.write(json.dumps(report, separators=(",", ":"), default=str) + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        os._exit(1)
+    # os._exit: a daemon thread stuck in getaddrinfo must not hold the exit up.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
