@@ -1,16 +1,14 @@
-# The README's two commands: `make demo` (set up, then measure an open configuration and a
-# bubblewrap sandbox in the fake internet) and `make test` (set up, then run the whole suite).
+# Shortcuts for the README's two commands (scripts/demo.sh and scripts/test.sh) and friends.
 .PHONY: setup demo test lint bench
 
 setup:
 	./scripts/setup.sh
 
-demo: setup
-	.venv/bin/agentsec demo
+demo:
+	./scripts/demo.sh
 
-test: setup
-	.venv/bin/ruff check src tests bench
-	.venv/bin/python -m pytest -q
+test:
+	./scripts/test.sh -q
 
 lint:
 	.venv/bin/ruff check src tests bench

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-linux)
 
-log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+log() { printf '[setup] %s\n' "$*" >&2; }
 
 if [ "$(id -u)" -ne 0 ]; then
     log "run as root: network namespaces and the test world need it (see README, 'Why root')"

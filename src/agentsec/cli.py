@@ -31,6 +31,7 @@ from agentsec.launchers import (
     local_launch,
     preset_launch,
 )
+from agentsec.matrix import choose_presets, run_matrix, save_matrix
 from agentsec.render.terminal import findings_table, scores_table
 from agentsec.report import Target
 from agentsec.runner import run_probe
@@ -271,6 +272,44 @@ def compare(reports: tuple[Path, ...]) -> None:
     """Side by side: label, score, raw score, each axis and the findings, one row per report."""
     loaded = [gate.load_report(path) for path in _expand(reports)]
     _console().print(scores_table(loaded, title="Comparison", detailed=True))
+
+
+@cli.command()
+@click.argument("image", required=False)
+@click.option("--presets", "preset_list", default=None, help="Comma-separated preset names.")
+@click.option("--python", default="python3", show_default=True, help="Interpreter in sandboxes.")
+@click.option(
+    "--max-score",
+    type=click.IntRange(0, 100),
+    default=None,
+    help="Exit 2 when even the best configuration scores above this budget.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("reports"),
+    show_default=True,
+)
+def matrix(
+    image: str | None, preset_list: str | None, python: str, max_score: int | None, out_dir: Path
+) -> None:
+    """Every runnable preset (or --presets a,b) against IMAGE, one row per configuration."""
+    names = choose_presets([n.strip() for n in preset_list.split(",")] if preset_list else None)
+    console = _console()
+    result = run_matrix(
+        image, names, out_dir, python, lambda line: console.print(line, markup=False)
+    )
+    json_path, md_path = save_matrix(result, out_dir)
+    reports = [gate.load_report(Path(row["report"])) for row in result.rows]
+    if reports:
+        console.print(scores_table(reports, title=f"Matrix: {image or 'bubblewrap presets'}"))
+    console.print(f"matrix: {json_path}  {md_path}", markup=False)
+    best = result.best_score()
+    if best is None:
+        raise AgentsecError("no configuration could be measured")
+    if max_score is not None and best > max_score:
+        raise GateFailed(f"the best configuration scores {best}, above --max-score {max_score}")
 
 
 @cli.command()

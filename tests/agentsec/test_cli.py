@@ -34,13 +34,30 @@ def capture(tmp_path: Path) -> Path:
 
 
 def test_score_writes_json_and_markdown(tmp_path: Path, capture: Path):
-    proc = run("score", str(capture), "--label", "cap", "--how", "by hand", "--out", "r",
-               "--print-findings", cwd=tmp_path)
+    proc = run(
+        "score",
+        str(capture),
+        "--label",
+        "cap",
+        "--how",
+        "by hand",
+        "--out",
+        "r",
+        "--print-findings",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "r" / "cap.json").read_text())
-    assert report["target"] == {"kind": "captured", "how": "by hand", "engine": None,
-                                "image": None, "digest": None, "flags": [], "command": [],
-                                "preset": None}
+    assert report["target"] == {
+        "kind": "captured",
+        "how": "by hand",
+        "engine": None,
+        "image": None,
+        "digest": None,
+        "flags": [],
+        "command": [],
+        "preset": None,
+    }
     assert report["summary"]["score"] == 3
     assert (tmp_path / "r" / "cap.md").read_text().startswith("# Blast radius: cap")
     assert "PRIV-005" in proc.stdout
@@ -48,16 +65,18 @@ def test_score_writes_json_and_markdown(tmp_path: Path, capture: Path):
 
 @pytest.mark.parametrize(("budget", "code"), [("3", 0), ("2", 2), ("0", 2)])
 def test_max_score_gate(tmp_path: Path, capture: Path, budget: str, code: int):
-    proc = run("score", str(capture), "--label", "cap", "--how", "h", "--max-score", budget,
-               cwd=tmp_path)
+    proc = run(
+        "score", str(capture), "--label", "cap", "--how", "h", "--max-score", budget, cwd=tmp_path
+    )
     assert proc.returncode == code, proc.stderr
     assert (tmp_path / "reports" / "cap.json").exists()  # the report is written either way
     if code == 2:
         assert "gate failed" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("content", ["", "not json", '{"probe_format": 1, "probe_vers',
-                                     json.dumps({"probe_format": 1})])
+@pytest.mark.parametrize(
+    "content", ["", "not json", '{"probe_format": 1, "probe_vers', json.dumps({"probe_format": 1})]
+)
 def test_bad_capture_is_one_line_and_writes_nothing(tmp_path: Path, content: str):
     bad = tmp_path / "bad.json"
     bad.write_text(content)

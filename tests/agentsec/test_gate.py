@@ -21,14 +21,19 @@ AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 
 def _report(output: dict[str, Any], redact: bool = False) -> dict[str, Any]:
     probe = parse_probe_output(outputs.line(output))
-    return service.score(probe, label="r", target=Target(kind="captured", how="h"), rc=0,
-                         redact=redact)
+    return service.score(
+        probe, label="r", target=Target(kind="captured", how="h"), rc=0, redact=redact
+    )
 
 
 def _creds(*paths: str) -> dict[str, Any]:
-    return outputs.with_data("credentials", files=[
-        {"path": p, "exists": True, "readable": True, "agent_login": False, "via": "home"}
-        for p in paths])
+    return outputs.with_data(
+        "credentials",
+        files=[
+            {"path": p, "exists": True, "readable": True, "agent_login": False, "via": "home"}
+            for p in paths
+        ],
+    )
 
 
 def test_an_unchanged_run_passes():
@@ -50,12 +55,15 @@ def test_widened_evidence_fails():
 
 
 def test_a_severity_rise_fails():
-    old = _report(outputs.with_data("filesystem", writable_dirs=[{"path": "/opt",
-                                                                  "writable": True}]))
-    new = _report(outputs.with_data("filesystem", writable_dirs=[{"path": "/opt",
-                                                                  "writable": True},
-                                                                 {"path": "/etc",
-                                                                  "writable": True}]))
+    old = _report(
+        outputs.with_data("filesystem", writable_dirs=[{"path": "/opt", "writable": True}])
+    )
+    new = _report(
+        outputs.with_data(
+            "filesystem",
+            writable_dirs=[{"path": "/opt", "writable": True}, {"path": "/etc", "writable": True}],
+        )
+    )
     result = gate.compare(old, new)
     assert [c.finding_id for c in result.worse] == ["FS-001"]
 
@@ -92,10 +100,17 @@ def test_a_redaction_mismatch_fails():
     assert result.failed and "redacted" in result.incompatible[0]
 
 
-@pytest.mark.parametrize("content", ["", "{", "[]", json.dumps({"tool": "agentsec"}),
-                                     json.dumps({"tool": "other", "schema_version": 1}),
-                                     json.dumps({"tool": "agentsec", "schema_version": 1,
-                                                 "summary": {"findings": [1]}})])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "{",
+        "[]",
+        json.dumps({"tool": "agentsec"}),
+        json.dumps({"tool": "other", "schema_version": 1}),
+        json.dumps({"tool": "agentsec", "schema_version": 1, "summary": {"findings": [1]}}),
+    ],
+)
 def test_corrupt_reports_are_report_errors(tmp_path: Path, content: str):
     path = tmp_path / "r.json"
     path.write_text(content)
@@ -117,8 +132,9 @@ def test_diff_exit_codes(tmp_path: Path):
     corrupt.write_text('{"tool": "agentsec", "schema_')
 
     def diff(old: Path, new: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([AGENTSEC, "diff", str(old), str(new)], capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [AGENTSEC, "diff", str(old), str(new)], capture_output=True, text=True, timeout=60
+        )
 
     assert diff(accepted, same).returncode == 0
     failing = diff(accepted, worse)
@@ -132,9 +148,23 @@ def test_score_with_a_baseline(tmp_path: Path):
     accepted = _save(tmp_path, "accepted", _report(outputs.sealed()))
     capture = tmp_path / "capture.json"
     capture.write_text(outputs.line(_creds("~/.netrc")))
-    proc = subprocess.run([AGENTSEC, "score", str(capture), "--label", "now", "--how", "h",
-                           "--baseline", str(accepted)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            AGENTSEC,
+            "score",
+            str(capture),
+            "--label",
+            "now",
+            "--how",
+            "h",
+            "--baseline",
+            str(accepted),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "SEC-003" in proc.stdout
     assert (tmp_path / "reports" / "now.json").exists()
 
@@ -142,8 +172,13 @@ def test_score_with_a_baseline(tmp_path: Path):
 def test_compare_shows_every_report(tmp_path: Path):
     first = _save(tmp_path, "a", {**_report(outputs.sealed()), "label": "sealed-run"})
     second = _save(tmp_path, "b", {**_report(_creds("~/.netrc")), "label": "leaky-run"})
-    proc = subprocess.run([AGENTSEC, "compare", str(first), str(second)], capture_output=True,
-                          text=True, timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+    proc = subprocess.run(
+        [AGENTSEC, "compare", str(first), str(second)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "200", "PATH": "/usr/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "sealed-run" in proc.stdout and "leaky-run" in proc.stdout
     assert "SEC-003" in proc.stdout

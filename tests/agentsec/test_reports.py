@@ -25,18 +25,25 @@ def _leaky() -> dict:
     s = out["sections"]
     s["secrets_env"]["data"]["names"] = [{"name": "ACME_PROD_TOKEN", "length": 12}]
     s["filesystem"]["data"]["host_mounts"] = [
-        {"mountpoint": "/home/alice/secret-project", "fstype": "ext4", "rw": True,
-         "root": "/home/alice/secret-project"}]
+        {
+            "mountpoint": "/home/alice/secret-project",
+            "fstype": "ext4",
+            "rw": True,
+            "root": "/home/alice/secret-project",
+        }
+    ]
     s["network"]["data"]["interfaces"] = ["lo", "wlp-alice0"]
-    out["context"].update(hostname="alice-laptop", cwd="/home/alice/secret-project",
-                          user="alice", home="/home/alice")
+    out["context"].update(
+        hostname="alice-laptop", cwd="/home/alice/secret-project", user="alice", home="/home/alice"
+    )
     return out
 
 
 def _report(output: dict, redact: bool = False) -> dict:
     probe = parse_probe_output(outputs.line(output))
-    return service.score(probe, label="t", target=Target(kind="captured", how="by hand"), rc=0,
-                         redact=redact)
+    return service.score(
+        probe, label="t", target=Target(kind="captured", how="by hand"), rc=0, redact=redact
+    )
 
 
 @pytest.mark.parametrize("redact", [False, True])
@@ -54,9 +61,11 @@ def test_redaction_strips_identifying_details_and_keeps_every_finding():
     assert redacted["redacted"] is True
     assert redacted["summary"]["score"] == plain["summary"]["score"]
     assert [f["id"] for f in redacted["summary"]["findings"]] == [
-        f["id"] for f in plain["summary"]["findings"]]
+        f["id"] for f in plain["summary"]["findings"]
+    ]
     assert [len(f["evidence"]) for f in redacted["summary"]["findings"]] == [
-        len(f["evidence"]) for f in plain["summary"]["findings"]]
+        len(f["evidence"]) for f in plain["summary"]["findings"]
+    ]
 
 
 def test_markdown_puts_the_axes_before_the_score_and_escapes_evidence():
@@ -73,8 +82,13 @@ def test_not_measured_is_spelled_out_and_the_score_called_a_lower_bound():
     assert "lower bound" in text
 
 
-@pytest.mark.parametrize(("label", "name"), [
-    ("as-i-run-it", "as-i-run-it"), ("docker default/x", "docker_default_x"),
-    ("../../etc/passwd", "etc_passwd")])
+@pytest.mark.parametrize(
+    ("label", "name"),
+    [
+        ("as-i-run-it", "as-i-run-it"),
+        ("docker default/x", "docker_default_x"),
+        ("../../etc/passwd", "etc_passwd"),
+    ],
+)
 def test_report_filenames_never_escape_the_directory(label: str, name: str):
     assert report_filename(label) == name

@@ -38,76 +38,258 @@ def _net(**changes: Any) -> dict[str, Any]:
 
 
 def _target(host: str, kind: str, result: str) -> dict[str, Any]:
-    return {"host": host, "port": 443, "kind": kind, "lookup": "ok", "addresses": ["10.0.0.1"],
-            "result": result, "errno": None}
+    return {
+        "host": host,
+        "port": 443,
+        "kind": kind,
+        "lookup": "ok",
+        "addresses": ["10.0.0.1"],
+        "result": result,
+        "errno": None,
+    }
 
 
 FIRES = [
-    ("PRIV-001", outputs.with_data("identity", euid=0, in_user_namespace=False,
-                                   uid_map="0 0 4294967295")),
+    (
+        "PRIV-001",
+        outputs.with_data("identity", euid=0, in_user_namespace=False, uid_map="0 0 4294967295"),
+    ),
     ("PRIV-002", outputs.with_data("identity", euid=0, uid_map="0 1000 1")),
     ("PRIV-003", outputs.with_data("identity", in_user_namespace=False, caps=["CAP_SYS_ADMIN"])),
     ("PRIV-004", outputs.with_data("identity", seccomp=0)),
     ("PRIV-005", outputs.with_data("identity", no_new_privs=False)),
     ("PRIV-006", outputs.with_data("namespaces", user_ns_creatable=True)),
     ("PRIV-007", outputs.with_data("identity", apparmor="unconfined")),
-    ("PRIV-008", outputs.with_data("identity", euid=65534, uid_map="65534 0 1")),
+    (
+        "PRIV-008",
+        outputs.with_data(
+            "identity", euid=1000, uid_map="1000 0 1", kernel_file_owner=1000, overflow_uid=65534
+        ),
+    ),
     ("NET-001", _net(no_route=False, targets=[_target("pypi.org", "egress", "connected")])),
-    ("NET-002", _net(no_route=False, targets=[_target("169.254.169.254", "metadata",
-                                                       "connected")])),
-    ("NET-004", _net(dns_control={"name": "example.com", "lookup": "ok",
-                                  "addresses": ["93.184.215.14"], "public": True})),
+    (
+        "NET-002",
+        _net(no_route=False, targets=[_target("169.254.169.254", "metadata", "connected")]),
+    ),
+    (
+        "NET-004",
+        _net(
+            dns_control={
+                "name": "example.com",
+                "lookup": "ok",
+                "addresses": ["93.184.215.14"],
+                "public": True,
+            }
+        ),
+    ),
     ("NET-005", _net(udp_dns={"host": "1.1.1.1", "port": 53, "result": "answered"})),
     ("NET-006", _net(ipv6=[{"host": "2001:db8::1", "port": 443, "result": "connected"}])),
-    ("NET-007", outputs.with_data("proxy", configured=True, scheme="http", results=[
-        {"host": "example.com", "port": 443, "control": True, "status": 200, "result": "tunnel"}])),
-    ("NET-008", outputs.with_data("proxy", configured=True, scheme="http", results=[
-        {"host": "example.com", "port": 443, "control": True, "status": 403, "result": "refused"},
-        {"host": "github.com", "port": 443, "control": False, "status": 200, "result": "tunnel"}])),
-    ("NET-009", _net(default_gateway="10.0.0.1",
-                     docker_tcp={"host": "10.0.0.1", "port": 2375, "result": "connected"})),
-    ("NET-010", outputs.with_data("proxy", configured=True, scheme="http", results=[
-        {"host": "example.com", "port": 443, "control": True, "status": 403, "result": "refused"}])),
-    ("SEC-001", outputs.with_data("sockets", runtime=[
-        {"path": "/var/run/docker.sock", "rootless": False, "result": "connected"}])),
+    (
+        "NET-007",
+        outputs.with_data(
+            "proxy",
+            configured=True,
+            scheme="http",
+            results=[
+                {
+                    "host": "example.com",
+                    "port": 443,
+                    "control": True,
+                    "status": 200,
+                    "result": "tunnel",
+                }
+            ],
+        ),
+    ),
+    (
+        "NET-008",
+        outputs.with_data(
+            "proxy",
+            configured=True,
+            scheme="http",
+            results=[
+                {
+                    "host": "example.com",
+                    "port": 443,
+                    "control": True,
+                    "status": 403,
+                    "result": "refused",
+                },
+                {
+                    "host": "github.com",
+                    "port": 443,
+                    "control": False,
+                    "status": 200,
+                    "result": "tunnel",
+                },
+            ],
+        ),
+    ),
+    (
+        "NET-009",
+        _net(
+            default_gateway="10.0.0.1",
+            docker_tcp={"host": "10.0.0.1", "port": 2375, "result": "connected"},
+        ),
+    ),
+    (
+        "NET-010",
+        outputs.with_data(
+            "proxy",
+            configured=True,
+            scheme="http",
+            results=[
+                {
+                    "host": "example.com",
+                    "port": 443,
+                    "control": True,
+                    "status": 403,
+                    "result": "refused",
+                }
+            ],
+        ),
+    ),
+    (
+        "SEC-001",
+        outputs.with_data(
+            "sockets",
+            runtime=[{"path": "/var/run/docker.sock", "rootless": False, "result": "connected"}],
+        ),
+    ),
     ("SEC-002", outputs.with_data("secrets_env", names=[{"name": "GITHUB_TOKEN", "length": 40}])),
-    ("SEC-003", outputs.with_data("credentials", files=[
-        {"path": "~/.aws/credentials", "exists": True, "readable": True, "agent_login": False,
-         "via": "home"}])),
+    (
+        "SEC-003",
+        outputs.with_data(
+            "credentials",
+            files=[
+                {
+                    "path": "~/.aws/credentials",
+                    "exists": True,
+                    "readable": True,
+                    "agent_login": False,
+                    "via": "home",
+                }
+            ],
+        ),
+    ),
     ("SEC-004", outputs.with_data("proc_environ", pid1_environ_readable=True)),
-    ("SEC-005", outputs.with_data("credentials", files=[
-        {"path": "/etc/shadow", "exists": True, "readable": True, "agent_login": False,
-         "via": "absolute"}])),
-    ("SEC-006", outputs.with_data("sockets", runtime=[
-        {"path": "/var/run/docker.sock", "rootless": False, "result": "denied"}])),
+    (
+        "SEC-005",
+        outputs.with_data(
+            "credentials",
+            files=[
+                {
+                    "path": "/etc/shadow",
+                    "exists": True,
+                    "readable": True,
+                    "agent_login": False,
+                    "via": "absolute",
+                }
+            ],
+        ),
+    ),
+    (
+        "SEC-006",
+        outputs.with_data(
+            "sockets",
+            runtime=[{"path": "/var/run/docker.sock", "rootless": False, "result": "denied"}],
+        ),
+    ),
     ("SEC-007", outputs.with_data("sockets", ssh_agent={"set": True, "result": "connected"})),
     ("SEC-008", outputs.with_data("proc_environ", others_checked=10, others_readable=3)),
     ("SEC-009", outputs.with_data("keyring", session_keyring="accessible", visible_keys=2)),
-    ("SEC-010", outputs.with_data("credentials", files=[
-        {"path": "~/.codex/auth.json", "exists": True, "readable": True, "agent_login": True,
-         "via": "passwd"}])),
-    ("FS-001", outputs.with_data("filesystem", writable_dirs=[
-        {"path": "/etc", "writable": True, "errno": None}])),
+    (
+        "SEC-010",
+        outputs.with_data(
+            "credentials",
+            files=[
+                {
+                    "path": "~/.codex/auth.json",
+                    "exists": True,
+                    "readable": True,
+                    "agent_login": True,
+                    "via": "passwd",
+                }
+            ],
+        ),
+    ),
+    (
+        "FS-001",
+        outputs.with_data(
+            "filesystem", writable_dirs=[{"path": "/etc", "writable": True, "errno": None}]
+        ),
+    ),
     ("FS-002", outputs.with_data("filesystem", root_rw=True)),
-    ("FS-003", outputs.with_data("filesystem", host_mounts=[
-        {"mountpoint": "/workspace", "fstype": "ext4", "rw": True, "root": "/home/u/p"}])),
+    (
+        "FS-003",
+        outputs.with_data(
+            "filesystem",
+            host_mounts=[
+                {"mountpoint": "/workspace", "fstype": "ext4", "rw": True, "root": "/home/u/p"}
+            ],
+        ),
+    ),
     ("FS-004", outputs.with_data("filesystem", host_root_mounted=["/host"])),
     ("FS-005", outputs.with_data("filesystem", sysrq_writable=True)),
-    ("FS-006", outputs.merged(outputs.with_data("filesystem", setuid_binaries=["/usr/bin/sudo"]),
-                              "identity", no_new_privs=False)),
+    (
+        "FS-006",
+        outputs.merged(
+            outputs.with_data("filesystem", setuid_binaries=["/usr/bin/sudo"]),
+            "identity",
+            no_new_privs=False,
+        ),
+    ),
     ("FS-008", outputs.with_data("filesystem", core_pattern_writable=True)),
     ("FS-009", outputs.with_data("filesystem", proc_sys_writable=["/proc/sys/kernel/modprobe"])),
     ("PROC-001", outputs.with_data("processes", own_pid_namespace=False, visible_pids=240)),
-    ("PERS-001", outputs.with_data("persistence", targets=[
-        {"path": "~/.bashrc", "kind": "shell", "exists": True, "appendable": True}])),
-    ("PERS-002", outputs.with_data("persistence", targets=[
-        {"path": "~/.ssh/authorized_keys", "kind": "ssh", "exists": True, "appendable": True}])),
-    ("PERS-003", outputs.with_data("persistence", targets=[
-        {"path": "~/.claude/settings.json", "kind": "agent", "exists": True, "appendable": True}])),
-    ("PERS-004", outputs.with_data("persistence", targets=[
-        {"path": "~/.gitconfig", "kind": "git", "exists": True, "appendable": True}])),
-    ("PERS-005", outputs.with_data("persistence", git_hooks={
-        "path": "./.git/hooks", "exists": True, "writable": True})),
+    (
+        "PERS-001",
+        outputs.with_data(
+            "persistence",
+            targets=[{"path": "~/.bashrc", "kind": "shell", "exists": True, "appendable": True}],
+        ),
+    ),
+    (
+        "PERS-002",
+        outputs.with_data(
+            "persistence",
+            targets=[
+                {
+                    "path": "~/.ssh/authorized_keys",
+                    "kind": "ssh",
+                    "exists": True,
+                    "appendable": True,
+                }
+            ],
+        ),
+    ),
+    (
+        "PERS-003",
+        outputs.with_data(
+            "persistence",
+            targets=[
+                {
+                    "path": "~/.claude/settings.json",
+                    "kind": "agent",
+                    "exists": True,
+                    "appendable": True,
+                }
+            ],
+        ),
+    ),
+    (
+        "PERS-004",
+        outputs.with_data(
+            "persistence",
+            targets=[{"path": "~/.gitconfig", "kind": "git", "exists": True, "appendable": True}],
+        ),
+    ),
+    (
+        "PERS-005",
+        outputs.with_data(
+            "persistence", git_hooks={"path": "./.git/hooks", "exists": True, "writable": True}
+        ),
+    ),
     ("RES-001", outputs.with_data("resources", memory_limit=None, pids_limit=None)),
 ]
 
@@ -135,10 +317,17 @@ def test_score_is_the_sum_of_points(finding_id: str, output: dict[str, Any]):
 def test_score_caps_at_100_and_raw_score_keeps_the_sum():
     out = outputs.sealed()
     d = out["sections"]
-    d["identity"]["data"].update(euid=0, in_user_namespace=False, uid_map="0 0 4294967295",
-                                 caps=["CAP_SYS_ADMIN"], seccomp=0, no_new_privs=False)
-    d["filesystem"]["data"].update(sysrq_writable=True, core_pattern_writable=True,
-                                   host_root_mounted=["/host"])
+    d["identity"]["data"].update(
+        euid=0,
+        in_user_namespace=False,
+        uid_map="0 0 4294967295",
+        caps=["CAP_SYS_ADMIN"],
+        seccomp=0,
+        no_new_privs=False,
+    )
+    d["filesystem"]["data"].update(
+        sysrq_writable=True, core_pattern_writable=True, host_root_mounted=["/host"]
+    )
     d["sockets"]["data"]["runtime"] = [{"path": "/run/docker.sock", "result": "connected"}]
     result = _assess(out)
     assert result.raw_score > 100
@@ -146,12 +335,30 @@ def test_score_caps_at_100_and_raw_score_keeps_the_sum():
 
 
 def test_varied_severity_takes_the_worst_item():
-    out = outputs.with_data("filesystem", writable_dirs=[
-        {"path": "/opt", "writable": True}, {"path": "/usr/bin", "writable": True}])
+    out = outputs.with_data(
+        "filesystem",
+        writable_dirs=[{"path": "/opt", "writable": True}, {"path": "/usr/bin", "writable": True}],
+    )
     finding = next(f for f in _assess(out).findings if f.id == "FS-001")
     assert finding.severity == "high"
     out = outputs.with_data("filesystem", writable_dirs=[{"path": "/opt", "writable": True}])
     assert next(f for f in _assess(out).findings if f.id == "FS-001").severity == "medium"
+
+
+@pytest.mark.parametrize(
+    ("euid", "owner", "fires"),
+    [
+        (0, 0, True),  # root inside, host root mapped to it
+        (0, 65534, False),  # root inside, host root unmapped (shows as overflow)
+        (1000, 65534, False),
+        (65534, 65534, False),  # ambiguous: euid is the overflow uid, so stay quiet
+    ],
+)
+def test_host_root_mapping_is_read_from_file_ownership(euid: int, owner: int, fires: bool):
+    out = outputs.with_data(
+        "identity", euid=euid, uid_map=f"{euid} 0 1", kernel_file_owner=owner, overflow_uid=65534
+    )
+    assert ("PRIV-008" in _ids(out)) is fires
 
 
 def test_capabilities_inside_a_user_namespace_are_capped_low():
@@ -190,23 +397,48 @@ def test_reachable_wins_over_not_measured_and_keeps_the_reason():
 
 
 def test_proxy_demanding_a_password_is_not_measured_not_sealed():
-    out = outputs.with_data("proxy", configured=True, scheme="http", auth_sent=False, results=[
-        {"host": "example.com", "port": 443, "control": True, "status": 407,
-         "result": "auth_required"}])
+    out = outputs.with_data(
+        "proxy",
+        configured=True,
+        scheme="http",
+        auth_sent=False,
+        results=[
+            {
+                "host": "example.com",
+                "port": 443,
+                "control": True,
+                "status": 407,
+                "result": "auth_required",
+            }
+        ],
+    )
     assert _axis(out, "network") == "not_measured"
 
 
 def test_socks_proxy_is_not_measured():
-    out = outputs.with_data("proxy", configured=True, scheme="socks", results=[
-        {"host": "example.com", "port": 443, "control": True, "status": None,
-         "result": "unsupported"}])
+    out = outputs.with_data(
+        "proxy",
+        configured=True,
+        scheme="socks",
+        results=[
+            {
+                "host": "example.com",
+                "port": 443,
+                "control": True,
+                "status": None,
+                "result": "unsupported",
+            }
+        ],
+    )
     assert _axis(out, "network") == "not_measured"
 
 
 def test_refused_only_reads_visible_but_refused():
-    out = outputs.with_data("sockets", runtime=[
-        {"path": "/var/run/docker.sock", "rootless": False, "result": "denied"}],
-        control={"own_socket": "denied", "missing_path": "denied"})
+    out = outputs.with_data(
+        "sockets",
+        runtime=[{"path": "/var/run/docker.sock", "rootless": False, "result": "denied"}],
+        control={"own_socket": "denied", "missing_path": "denied"},
+    )
     result = _assess(out)
     assert _axis(out, "secrets") == "refused"
     finding = next(f for f in result.findings if f.id == "SEC-006")
@@ -214,8 +446,12 @@ def test_refused_only_reads_visible_but_refused():
 
 
 def test_runtime_managed_mounts_are_not_host_mount_findings():
-    out = outputs.with_data("filesystem", host_mounts=[
-        {"mountpoint": "/etc/resolv.conf", "fstype": "ext4", "rw": True, "root": "/x"}])
+    out = outputs.with_data(
+        "filesystem",
+        host_mounts=[
+            {"mountpoint": "/etc/resolv.conf", "fstype": "ext4", "rw": True, "root": "/x"}
+        ],
+    )
     assert "FS-003" not in _ids(out)
 
 
@@ -223,25 +459,34 @@ def test_recommended_flags_follow_the_catalogue_order_without_duplicates():
     out = outputs.sealed()
     d = out["sections"]
     d["resources"]["data"].update(memory_limit=None, pids_limit=None)
-    d["identity"]["data"].update(no_new_privs=False, euid=0, in_user_namespace=False,
-                                 uid_map="0 0 4294967295")
+    d["identity"]["data"].update(
+        no_new_privs=False, euid=0, in_user_namespace=False, uid_map="0 0 4294967295"
+    )
     d["network"]["data"].update(targets=[_target("pypi.org", "egress", "connected")])
     flags = _assess(out).recommended_flags
     order = catalogue.load().flag_order()
     assert list(flags) == sorted(flags, key=order.index)
     assert len(set(flags)) == len(flags)
-    assert {"--network none", "--user 65534:65534", "--security-opt no-new-privileges",
-            "--pids-limit 256", "--memory 512m"} <= set(flags)
+    assert {
+        "--network none",
+        "--user 65534:65534",
+        "--security-opt no-new-privileges",
+        "--pids-limit 256",
+        "--memory 512m",
+    } <= set(flags)
 
 
-@pytest.mark.parametrize(("uid_map", "uid", "expected"), [
-    ("0 0 4294967295", 0, 0),
-    ("65534 0 1", 65534, 0),
-    ("0 1000 1", 0, 1000),
-    ("1000 100000 65536", 1005, 100005),
-    ("garbage", 0, None),
-    ("0 1000 1", 5, None),
-])
+@pytest.mark.parametrize(
+    ("uid_map", "uid", "expected"),
+    [
+        ("0 0 4294967295", 0, 0),
+        ("65534 0 1", 65534, 0),
+        ("0 1000 1", 0, 1000),
+        ("1000 100000 65536", 1005, 100005),
+        ("garbage", 0, None),
+        ("0 1000 1", 5, None),
+    ],
+)
 def test_host_uid(uid_map: str, uid: int, expected: int | None):
     assert host_uid(uid_map, uid) == expected
 

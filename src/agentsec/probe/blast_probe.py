@@ -20,6 +20,8 @@ What it never does:
   sent only `CONNECT host:port` with a Host header (and Proxy-Authorization only when
   AGENTSEC_PROBE_PROXY_AUTH=1); it reads the status line and closes, and never starts TLS;
 - print the proxy's address or credentials;
+- write to the kernel: /proc/sysrq-trigger and the /proc/sys files are opened for writing and
+  closed without a byte written;
 - create any file except one zero-byte marker per probed directory, made with O_EXCL under a
   random name and deleted at once (plus one temporary directory holding its own control socket,
   removed when the check ends);
@@ -30,7 +32,8 @@ What it never does:
 Every section runs in its own daemon thread under one deadline (AGENTSEC_PROBE_TIMEOUT, default
 2 s, plus 1 s). A section that raises or misses the deadline is reported as not measured
 (`ok: false`), never as sealed. AGENTSEC_PROBE_FAULT=name[,name] makes sections raise on purpose;
-AGENTSEC_PROBE_TARGETS=/path.json replaces the network targets below.
+AGENTSEC_PROBE_TARGETS (a JSON object, or the path of a file holding one) replaces the network
+targets below; AGENTSEC_PROBE_PATHS (a JSON list) asks the paths section about those paths.
 """
 
 import base64
@@ -51,6 +54,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import warnings
 
 PROBE_FORMAT = 1
 PROBE_VERSION = "1.0.0"
@@ -119,6 +123,7 @@ WRITABLE_DIRS = (
     "/dev/shm", ".",
 )
 MARKER_PREFIX = ".agentsec-probe-"
+PROBE_SETTING_PREFIX = "AGENTSEC_PROBE_"  # the probe's own settings are never secrets
 
 PROC_SYS_FILES = (
     "/proc/sys/kernel/core_pattern",
@@ -294,11 +299,17 @@ def create_marker(directory):
     try:
         os.close(fd)
     finally:
-        try:
-            os.unlink(path)
-        except OSError as exc:
-            return True, errno_name(exc)
-    return True, None
+        removal_error = remove_marker(path)
+    return True, removal_error
+
+
+def remove_marker(path):
+    """None once the marker is gone; otherwise the errno name of why it could not be."""
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        return errno_name(exc)
+    return None
 
 
 def passwd_entry():
@@ -429,6 +440,8 @@ def parse_endpoint(text):
         host, separator, port = text[1:].partition("]:")
     else:
         host, separator, port = text.rpartition(":")
+        if ":" in host:  # an IPv6 literal needs its brackets, or host and port are ambiguous
+            separator = ""
     if not separator or not port.isdigit():
         raise ValueError("bad endpoint %r" % (text,))
     return parse_host(host), parse_port(int(port))
@@ -471,12 +484,16 @@ def load_targets(environ):
     """(targets, overridden, error). An override that cannot be used is an error, never a
     silent fall-back: the network and proxy sections then report not measured."""
     targets = dict(DEFAULT_TARGETS)
-    path = environ.get("AGENTSEC_PROBE_TARGETS")
-    if not path:
+    value = environ.get("AGENTSEC_PROBE_TARGETS")
+    if not value:
         return targets, False, None
     try:
-        with open(path, encoding="utf-8") as handle:
-            override = json.load(handle)
+        # Inline JSON, or a file's path: inline reaches sandboxes that do not see the file.
+        if value.lstrip().startswith("{"):
+            override = json.loads(value)
+        else:
+            with open(value, encoding="utf-8") as handle:
+                override = json.load(handle)
         if not isinstance(override, dict):
             raise ValueError("the override must be a JSON object")
         unknown = sorted(set(override) - set(TARGET_PARSERS))
@@ -615,8 +632,12 @@ def landlock_abi():
     return outcome[0]
 
 
-def apparmor_label():
-    for path in ("/proc/self/attr/apparmor/current", "/proc/self/attr/current"):
+def apparmor_label(lsm):
+    paths = ["/proc/self/attr/apparmor/current"]
+    # Older kernels show AppArmor only in attr/current, which belongs to SELinux when it is on.
+    if lsm is None or ("apparmor" in lsm and "selinux" not in lsm):
+        paths.append("/proc/self/attr/current")
+    for path in paths:
         text = read_text(path, 4096)
         if text:
             return clean_text(text.strip("\0\n "), 200)
@@ -631,6 +652,7 @@ def section_identity(settings):
         uid_map = "\n".join(" ".join(line.split()) for line in uid_map_text.splitlines() if line)
     cap_eff = status.get("CapEff")
     lsm = read_text("/sys/kernel/security/lsm", 4096)
+    lsm = clean_text(lsm.strip("\0\n "), 200) if lsm else None
     return {
         "euid": os.geteuid(),
         "egid": os.getegid(),
@@ -641,9 +663,25 @@ def section_identity(settings):
         "seccomp": int(status["Seccomp"]) if status.get("Seccomp", "").isdigit() else None,
         "no_new_privs": status["NoNewPrivs"] == "1" if "NoNewPrivs" in status else None,
         "landlock_abi": landlock_abi(),
-        "lsm": clean_text(lsm.strip("\0\n "), 200) if lsm else None,
-        "apparmor": apparmor_label(),
+        "lsm": lsm,
+        "apparmor": apparmor_label(lsm),
+        "overflow_uid": read_int("/proc/sys/kernel/overflowuid"),
+        "kernel_file_owner": file_owner(CORE_PATTERN),
     }
+
+
+def read_int(path):
+    text = read_text(path, 64)
+    return int(text.strip()) if text and text.strip().isdigit() else None
+
+
+def file_owner(path):
+    """The uid a file owned by host root shows here. Host root unmapped in this user namespace
+    shows as the overflow uid; host root mapped to our own uid means we are host root."""
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
 
 
 # Runs in a child, so that unshare and mount change nothing in the probe's own process.
@@ -666,6 +704,8 @@ steps["mount_ns"] = outcome(libc.unshare(ctypes.c_int(0x00020000)))
 if steps["mount_ns"] == "ok":
     rec_private = ctypes.c_ulong(0x4000 | 0x40000)
     steps["private"] = outcome(libc.mount(None, b"/", None, rec_private, None))
+# Only a private tree may take the test mount: a shared one would pass it on to the host.
+if steps.get("private") == "ok":
     target = b"/tmp" if os.path.isdir("/tmp") else b"/"
     steps["mount"] = outcome(libc.mount(b"tmpfs", target, b"tmpfs", ctypes.c_ulong(0), None))
 print(json.dumps(steps))
@@ -701,7 +741,9 @@ def section_namespaces(settings):
         "%s: %s" % (step, steps[step]) for step in ("user", "mount_ns", "private", "mount")
         if step in steps
     )
-    return namespace_result(steps.get("user") == "ok", steps.get("mount") == "ok", detail)
+    mount_untested = steps.get("mount_ns") == "ok" and "mount" not in steps
+    mount = None if mount_untested else steps.get("mount") == "ok"
+    return namespace_result(steps.get("user") == "ok", mount, detail)
 
 
 def network_interfaces():
@@ -836,43 +878,49 @@ def dns_control_job(progress, name, extra_networks):
     return job
 
 
-def section_network(settings):
-    targets = require_targets(settings)
-    deadline = settings.budget_end
-    extra_networks = [ipaddress.ip_network(n, strict=False) for n in targets["public_networks"]]
-    has_v4_default, v4_gateway = ipv4_default_gateway()
-    has_v6_default, v6_gateway = ipv6_default_gateway()
-    gateway = v4_gateway or v6_gateway
+def unfinished_connection(host, port, **extra):
+    """What a TCP check reports if its worker is still busy at the deadline."""
+    return Progress(host=host, port=port, lookup="timeout", addresses=[], result="not_attempted",
+                    errno=None, **extra)
 
+
+def plan_network_checks(targets, gateway, deadline):
+    """(progress by key, jobs): one worker per lookup-and-connect, all run at once."""
     progress, jobs = collections.OrderedDict(), []
     endpoints = [(e, "egress") for e in targets["egress"]]
     endpoints += [(e, "metadata") for e in targets["metadata"]]
     for index, (endpoint, kind) in enumerate(endpoints):
         host, port = parse_endpoint(endpoint)
-        key = "tcp%d" % index
-        progress[key] = Progress(host=host, port=port, kind=kind, lookup="timeout", addresses=[],
-                                 result="not_attempted", errno=None)
-        jobs.append((key, tcp_target_job(progress[key], host, port, socket.AF_UNSPEC, deadline)))
+        progress["tcp%d" % index] = unfinished_connection(host, port, kind=kind)
+        jobs.append(("tcp%d" % index, tcp_target_job(progress["tcp%d" % index], host, port,
+                                                     socket.AF_UNSPEC, deadline)))
     for index, endpoint in enumerate(targets["ipv6"]):
         host, port = parse_endpoint(endpoint)
-        key = "ipv6-%d" % index
-        progress[key] = Progress(host=host, port=port, lookup="timeout", addresses=[],
-                                 result="not_attempted", errno=None)
-        jobs.append((key, tcp_target_job(progress[key], host, port, socket.AF_INET6, deadline)))
+        progress["ipv6-%d" % index] = unfinished_connection(host, port)
+        jobs.append(("ipv6-%d" % index, tcp_target_job(progress["ipv6-%d" % index], host, port,
+                                                       socket.AF_INET6, deadline)))
     udp_host, udp_port = parse_endpoint(targets["udp_dns"])
     progress["udp"] = Progress(host=udp_host, port=udp_port, result="error")
     jobs.append(("udp", udp_dns_job(progress["udp"], udp_host, udp_port, deadline)))
     control = targets["dns_control"]
+    extra_networks = [ipaddress.ip_network(n, strict=False) for n in targets["public_networks"]]
     progress["control"] = Progress(name=control, lookup="timeout", addresses=[], public=False)
     jobs.append(("control", dns_control_job(progress["control"], control, extra_networks)))
     if gateway:
         port = targets["docker_tcp_port"]
-        progress["docker"] = Progress(host=gateway, port=port, lookup="literal", addresses=[],
-                                      result="not_attempted", errno=None)
+        progress["docker"] = unfinished_connection(gateway, port)
         jobs.append(("docker", tcp_target_job(progress["docker"], gateway, port,
                                               socket.AF_UNSPEC, deadline)))
+    return progress, jobs
 
-    results = run_workers(progress, jobs, deadline + WORKER_GRACE_S)
+
+def section_network(settings):
+    targets = require_targets(settings)
+    has_v4_default, v4_gateway = ipv4_default_gateway()
+    has_v6_default, v6_gateway = ipv6_default_gateway()
+    gateway = v4_gateway or v6_gateway
+    progress, jobs = plan_network_checks(targets, gateway, settings.budget_end)
+    results = run_workers(progress, jobs, settings.budget_end + WORKER_GRACE_S)
     docker = results.get("docker")
     return {
         "no_route": not (has_v4_default or has_v6_default),
@@ -992,7 +1040,7 @@ def section_proxy(settings):
     progress, jobs = collections.OrderedDict(), []
     authorization = None
     if settings.environ.get("AGENTSEC_PROBE_PROXY_AUTH") == "1" and username is not None:
-        token = ("%s:%s" % (username, password)).encode("utf-8")
+        token = ("%s:%s" % (username, password)).encode("utf-8", "surrogateescape")
         authorization = base64.b64encode(token).decode("ascii")
     credentials_sent = threading.Event()
     for index, (host, port, control) in enumerate(asked):
@@ -1031,7 +1079,7 @@ def section_secrets_env(settings):
     names = [
         {"name": clean_text(name, 200), "length": len(value)}
         for name, value in sorted(settings.environ.items())
-        if looks_like_secret_name(name)
+        if looks_like_secret_name(name) and not name.startswith(PROBE_SETTING_PREFIX)
     ]
     return {"names": names}
 
@@ -1086,8 +1134,10 @@ def control_socket_results(environ, deadline):
     base = next((d for d in (environ.get("TMPDIR"), "/tmp", "/dev/shm", "/var/tmp")
                  if d and os.path.isdir(d)), None)
     try:
+        if base is None:
+            raise OSError(errno.ENOENT, "no directory for a temporary one")
         directory = tempfile.mkdtemp(prefix=MARKER_PREFIX, dir=base)
-    except (OSError, TypeError):
+    except OSError:
         return {"own_socket": "not_attempted", "missing_path": connect_unix(missing, deadline)}
     try:
         own = listen_and_connect(os.path.join(directory, "s"), deadline)
@@ -1173,7 +1223,7 @@ def section_proc_environ(settings):
         if pid in (1, own) or pid in own_tasks or parent_pid(pid) == own:
             continue
         opened = can_open("/proc/%d/environ" % pid, os.O_RDONLY)
-        if opened is None:  # the process ended meanwhile
+        if opened is None:  # a kernel thread (no environment), or the process ended meanwhile
             continue
         checked += 1
         readable += int(opened)
@@ -1352,6 +1402,42 @@ def section_resources(settings):
     }
 
 
+MAX_ASSERT_PATHS = 200
+
+
+def path_writable(path, is_dir):
+    """A directory: one zero-byte marker made and removed. A file: opened for appending (never
+    created, nothing written) and closed, so its content and mtime stay as they were."""
+    if is_dir:
+        return create_marker(path)[0]
+    return bool(can_open(path, os.O_WRONLY | os.O_APPEND))
+
+
+def assert_path_entry(path):
+    exists, _ = existence(path)
+    entry = {"path": clean_text(path), "exists": exists, "kind": None,
+             "readable": None, "writable": None}
+    if exists:
+        is_dir = os.path.isdir(path)
+        entry["kind"] = "dir" if is_dir else "file"
+        entry["readable"] = is_readable(path)
+        entry["writable"] = path_writable(path, is_dir)
+    elif exists is False:
+        entry["readable"] = entry["writable"] = False
+    return entry
+
+
+def section_paths(settings):
+    """Paths named by AGENTSEC_PROBE_PATHS (a JSON list), for `agentsec assert`."""
+    raw = settings.environ.get("AGENTSEC_PROBE_PATHS")
+    if not raw:
+        return {"requested": False, "entries": []}
+    paths = json.loads(raw)
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise ValueError("AGENTSEC_PROBE_PATHS must be a JSON list of strings")
+    return {"requested": True, "entries": [assert_path_entry(p) for p in paths[:MAX_ASSERT_PATHS]]}
+
+
 SECTIONS = (
     ("identity", section_identity),
     ("namespaces", section_namespaces),
@@ -1366,6 +1452,7 @@ SECTIONS = (
     ("processes", section_processes),
     ("persistence", section_persistence),
     ("resources", section_resources),
+    ("paths", section_paths),
 )
 SECTION_NAMES = tuple(name for name, _ in SECTIONS)
 
@@ -1455,6 +1542,8 @@ def build_settings(environ, started):
 
 def main():
     started = time.monotonic()
+    # stdout carries only the JSON line and stderr stays quiet, even if a newer Python warns.
+    warnings.simplefilter("ignore")
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     settings, overridden = build_settings(dict(os.environ), started)
     sections, context = run_all(settings)

@@ -35,8 +35,8 @@ def scores_table(
     """One row per report: label, score, a cell per axis; raw score and finding IDs if detailed."""
     reports = list(reports)
     table = Table(title=title, show_lines=detailed)
-    table.add_column("Configuration")
-    table.add_column("Score", justify="right")
+    table.add_column("Configuration", no_wrap=True)
+    table.add_column("Score", justify="right", no_wrap=True)
     if detailed:
         table.add_column("Raw", justify="right")
     if reports:

@@ -145,12 +145,23 @@ def host_uid(uid_map: str, uid: int) -> int | None:
 
 
 def mapped_to_host_root(facts: Facts) -> Hit | None:
+    """Host root is our uid, through however many user namespaces.
+
+    /proc/self/uid_map is relative to the parent namespace, which bubblewrap itself nests, so
+    it cannot say this. A kernel sysctl file is owned by host root: it shows as our euid when
+    host root maps to us, and as the overflow uid when host root is not mapped at all. When our
+    euid is the overflow uid the two cannot be told apart and the finding stays quiet; the
+    consequences it would explain (FS-008, FS-009, SEC-005) are measured directly.
+    """
     if not _in_userns(facts):
         return None
-    uid_map = facts.value("identity", "uid_map", str)
     euid = _euid(facts)
-    if host_uid(uid_map, euid) == 0:
-        return Hit((f"uid {euid} inside is uid 0 outside the user namespace",))
+    owner = facts.optional("identity", "kernel_file_owner", int)
+    overflow = facts.optional("identity", "overflow_uid", int)
+    if owner is None or overflow is None or euid == overflow:
+        return None
+    if owner == euid:
+        return Hit((f"uid {euid} here is uid 0 on the host (host-root-owned files are ours)",))
     return None
 
 
@@ -411,7 +422,8 @@ def host_root_mounted(facts: Facts) -> Hit | None:
 
 
 def sysrq_writable(facts: Facts) -> Hit | None:
-    if facts.value("filesystem", "sysrq_writable", bool):
+    # null: the kernel has no /proc/sysrq-trigger, so there is nothing to write.
+    if facts.optional("filesystem", "sysrq_writable", bool):
         return Hit(("/proc/sysrq-trigger opens for writing",))
     return None
 
@@ -432,7 +444,7 @@ def only_workdir_writable(facts: Facts) -> Hit | None:
 
 
 def core_pattern_writable(facts: Facts) -> Hit | None:
-    if facts.value("filesystem", "core_pattern_writable", bool):
+    if facts.optional("filesystem", "core_pattern_writable", bool):
         return Hit(("/proc/sys/kernel/core_pattern opens for writing",))
     return None
 

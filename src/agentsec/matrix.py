@@ -1,0 +1,130 @@
+"""``agentsec matrix``: every runnable preset against one image, one row per configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentsec import service
+from agentsec.errors import AgentsecError
+from agentsec.launchers import availability, describe, load_presets, preset_launch
+from agentsec.render.markdown import md
+from agentsec.render.states import axis_cell
+from agentsec.report import SCHEMA_VERSION, write_atomically
+from agentsec.runner import run_probe
+
+TEST_MATRIX = "sandbox-blast-radius-matrix"
+
+
+@dataclass
+class MatrixResult:
+    image: str | None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+    def best_score(self) -> int | None:
+        scores = [row["score"] for row in self.rows]
+        return min(scores) if scores else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tool": "agentsec",
+            "test": TEST_MATRIX,
+            "schema_version": SCHEMA_VERSION,
+            "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "image": self.image,
+            "rows": self.rows,
+            "skipped": self.skipped,
+            "failed": self.failed,
+        }
+
+
+def choose_presets(names: Sequence[str] | None) -> list[str]:
+    presets = load_presets()
+    if not names:
+        return list(presets)
+    unknown = [name for name in names if name not in presets]
+    if unknown:
+        raise AgentsecError(f"unknown presets: {', '.join(unknown)} (see `agentsec presets`)")
+    return list(names)
+
+
+def run_matrix(
+    image: str | None,
+    preset_names: Sequence[str],
+    out_dir: Path,
+    python: str,
+    progress: Callable[[str], None],
+) -> MatrixResult:
+    result = MatrixResult(image=image)
+    presets = load_presets()
+    for index, name in enumerate(preset_names, start=1):
+        preset = presets[name]
+        state = availability(preset)
+        if not state.runnable or (preset.needs_image and not image):
+            why = state.why_not or "needs an image"
+            result.skipped.append({"preset": name, "why": why})
+            progress(f"[{index}/{len(preset_names)}] {name}: skipped ({why})")
+            continue
+        progress(f"[{index}/{len(preset_names)}] {name}: measuring")
+        try:
+            launch = preset_launch(name, "", image if preset.needs_image else None, python=python)
+            run = run_probe(launch.prefix, python=launch.python)
+        except AgentsecError as exc:
+            result.failed.append({"preset": name, "error": str(exc)})
+            progress(f"[{index}/{len(preset_names)}] {name}: failed ({exc})")
+            continue
+        label = f"{name}_{image}" if preset.needs_image else name
+        target = dataclasses.replace(launch.target, how=describe(launch))
+        report = service.score(run.output, label=label, target=target, rc=run.rc, redact=False)
+        saved = service.save(report, out_dir)
+        summary = report["summary"]
+        result.rows.append(
+            {
+                "label": label,
+                "preset": name,
+                "score": summary["score"],
+                "raw_score": summary["raw_score"],
+                "axes": {key: axis_cell(axis) for key, axis in summary["axes"].items()},
+                "probe_version": report["probe"]["version"],
+                "report": str(saved.json_path),
+            }
+        )
+        progress(f"[{index}/{len(preset_names)}] {name}: score {summary['score']}")
+    result.rows.sort(key=lambda row: (-row["score"], row["label"]))
+    return result
+
+
+def render_matrix_markdown(result: MatrixResult) -> str:
+    if not result.rows:
+        return "No configuration could be measured.\n"
+    axes = list(result.rows[0]["axes"])
+    lines = [
+        f"# Blast-radius matrix: {md(result.image or 'no image')}",
+        "",
+        "| Configuration | Score | " + " | ".join(a.capitalize() for a in axes) + " | Probe |",
+        "|---|---:|" + "|".join(":-:" for _ in axes) + "|---|",
+    ]
+    for row in result.rows:
+        cells = " | ".join(row["axes"][a] for a in axes)
+        label, version = md(row["label"]), md(row["probe_version"])
+        lines.append(f"| {label} | {row['score']} | {cells} | {version} |")
+    for skip in result.skipped:
+        lines.append(f"\n- skipped {skip['preset']}: {skip['why']}")
+    for fail in result.failed:
+        lines.append(f"\n- failed {fail['preset']}: {fail['error']}")
+    return "\n".join(lines) + "\n"
+
+
+def save_matrix(result: MatrixResult, out_dir: Path) -> tuple[Path, Path]:
+    stem = f"matrix_{result.image or 'bwrap'}".replace("/", "_").replace(":", "_")
+    json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+    write_atomically(json_path, json.dumps(result.as_dict(), indent=2) + "\n")
+    write_atomically(md_path, render_matrix_markdown(result))
+    return json_path, md_path

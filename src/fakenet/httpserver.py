@@ -1,0 +1,104 @@
+"""HTTP and HTTPS servers: answer 200 with a JSON echo of the request, record every request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+
+from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
+from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
+
+SERVER_NAME = "fakenet"
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    # HTTP/1.1 only: proxies in front of us then speak the protocol our parser understands.
+    context.set_alpn_protocols(["http/1.1"])
+    context.sni_callback = _remember_sni
+    return context
+
+
+def _remember_sni(ssl_object: ssl.SSLObject, server_name: str | None,
+                  _context: ssl.SSLContext) -> None:
+    # The server side of an SSLObject does not keep the SNI; stash it for the request records.
+    ssl_object.fakenet_sni = server_name  # type: ignore[attr-defined]
+
+
+async def handle_http(ctx: ServerContext, tls: bool,
+                      reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    set_nodelay(writer)
+    peer, port = peer_host(writer.get_extra_info("peername")), local_port(writer)
+    ssl_object = writer.get_extra_info("ssl_object")
+    sni = getattr(ssl_object, "fakenet_sni", None) if ssl_object is not None else None
+    conn = ctx.new_conn_id("tls" if tls else "tcp")
+    parser = RequestParser()
+    continued = False  # whether the request being received got its `100 Continue`
+    try:
+        async for data in chunks(reader, ctx.config.http_idle_timeout):
+            ctx.records.sink("tls" if tls else "tcp", port, peer, conn, data)
+            try:
+                requests = parser.feed(data)
+            except HttpParseError as exc:
+                writer.write(_response(400, {"error": str(exc)}, keep_alive=False))
+                await writer.drain()
+                return
+            for request in requests:
+                ctx.records.http(_record(request, tls=tls, peer=peer, port=port, sni=sni))
+                writer.write(_echo(request, tls))
+                await writer.drain()
+                if not request.keep_alive:
+                    return
+                continued = False
+            if not continued and parser.wants_continue():
+                # Otherwise curl and friends wait a second before sending the body.
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                await writer.drain()
+                continued = True
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        await close_quietly(writer)
+
+
+def _record(request: HttpRequest, *, tls: bool, peer: str, port: int,
+            sni: str | None) -> dict[str, object]:
+    return {
+        "method": request.method,
+        "host": request.header("host") or "",
+        "path": request.target,
+        "headers": {k.lower(): v for k, v in request.headers},
+        "body": request.body,
+        "tls": tls,
+        "sni": sni,
+        "peer": peer,
+        "port": port,
+    }
+
+
+def _echo(request: HttpRequest, tls: bool) -> bytes:
+    body = {
+        "server": SERVER_NAME,
+        "method": request.method,
+        "host": request.header("host") or "",
+        "path": request.target,
+        "tls": tls,
+        "body_length": len(request.body),
+    }
+    return _response(200, body, keep_alive=request.keep_alive, head=request.method == "HEAD")
+
+
+def _response(status: int, body: dict[str, object], *, keep_alive: bool,
+              head: bool = False) -> bytes:
+    payload = json.dumps(body).encode()
+    reason = {200: "OK", 400: "Bad Request"}[status]
+    lines = [
+        f"HTTP/1.1 {status} {reason}",
+        f"Server: {SERVER_NAME}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(payload)}",
+        f"Connection: {'keep-alive' if keep_alive else 'close'}",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head else payload)

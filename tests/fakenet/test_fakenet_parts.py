@@ -1,0 +1,198 @@
+"""fakenet's pure parts: zone, HTTP parser, DNS answers, records, config, probe targets."""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+from pathlib import Path
+
+import pytest
+from dnslib import QTYPE, RCODE, DNSRecord
+
+from fakenet.dnsserver import DnsAnswerer
+from fakenet.httpparse import HttpParseError, RequestParser
+from fakenet.records import RecordReader, RecordWriter
+from fakenet.serverconfig import Listener, ServerConfig
+from fakenet.targets import probe_targets, write_probe_targets
+from fakenet.zone import (
+    CATCH_ALL_ADDRESS,
+    SERVICE_NETWORK,
+    ZONE,
+    build_zone,
+    link_addresses,
+    service_address6,
+)
+
+PROBE = Path(__file__).resolve().parents[2] / "src" / "agentsec" / "probe" / "blast_probe.py"
+
+
+# --- zone ------------------------------------------------------------------------------------
+
+def test_default_zone_gives_each_name_its_own_service_address() -> None:
+    zone = build_zone()
+    addresses = [s.address for s in zone.names.values()]
+    assert len(set(addresses)) == len(ZONE)
+    assert all(ipaddress.ip_address(a) in SERVICE_NETWORK for a in addresses)
+    assert zone.lookup("PyPI.org.") == zone.names["pypi.org"]
+    assert zone.lookup("anything.else").address == CATCH_ALL_ADDRESS  # type: ignore[union-attr]
+
+
+def test_extra_names_get_free_addresses_or_the_one_given() -> None:
+    zone = build_zone({"new.example.test": None, "fixed.test": "10.200.254.77",
+                       "other.test": None})
+    assert zone.names["fixed.test"].address == "10.200.254.77"
+    auto = {zone.names["new.example.test"].address, zone.names["other.test"].address}
+    assert len(auto) == 2 and not auto & {s.address for n, s in zone.names.items()
+                                          if n in ZONE}
+
+
+@pytest.mark.parametrize("address", ["192.0.2.1", "10.200.1.2", "10.200.255.53", "not-an-ip"])
+def test_extra_name_with_unusable_address_is_refused(address: str) -> None:
+    with pytest.raises(ValueError):
+        build_zone({"x.test": address})
+
+
+@pytest.mark.parametrize("name", ["*.corp.test", "a..b", "", "bad name.test"])
+def test_extra_name_that_is_not_a_name_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="not a DNS name"):
+        build_zone({name: None})
+
+
+def test_no_catch_all_and_no_ipv6() -> None:
+    zone = build_zone(catch_all=False, ipv6=False)
+    assert zone.lookup("unknown.test") is None
+    assert all(s.address6 is None for s in zone.names.values())
+
+
+def test_address_plan() -> None:
+    assert service_address6("10.200.254.10") == "fd0a:200:ffff::254:10"
+    assert link_addresses(3) == ("10.200.3.1", "10.200.3.2", "fd0a:200:3::1", "fd0a:200:3::2")
+    with pytest.raises(ValueError):
+        link_addresses(128)  # 10.200.128.0/17 is left to others
+
+
+# --- HTTP parser -----------------------------------------------------------------------------
+
+def test_pipelined_requests_in_one_feed() -> None:
+    raw = (b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+           b"POST /b HTTP/1.1\r\nHost: y\r\nContent-Length: 3\r\n\r\nabc"
+           b"GET http://evil.test/c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    requests = RequestParser().feed(raw)
+    assert [(r.method, r.target, r.body) for r in requests] == [
+        ("GET", "/a", b""), ("POST", "/b", b"abc"), ("GET", "http://evil.test/c", b"")]
+    assert [r.keep_alive for r in requests] == [True, True, False]
+    assert requests[1].header("HOST") == "y"
+
+
+def test_byte_by_byte_and_chunked_with_trailer() -> None:
+    raw = (b"PUT /up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"4\r\nwiki\r\n5;ext=1\r\npedia\r\n0\r\nX-Trailer: t\r\n\r\n"
+           b"GET /next HTTP/1.0\r\n\r\n")
+    parser, done = RequestParser(), []
+    for i in range(len(raw)):
+        done += parser.feed(raw[i:i + 1])
+    assert [(r.target, r.body) for r in done] == [("/up", b"wikipedia"), ("/next", b"")]
+    assert done[1].keep_alive is False  # HTTP/1.0 without keep-alive
+
+
+def test_expect_continue_is_noticed_until_the_body_arrives() -> None:
+    parser = RequestParser()
+    assert parser.feed(b"POST /big HTTP/1.1\r\nExpect: 100-continue\r\n"
+                       b"Content-Length: 4\r\n\r\n") == []
+    assert parser.wants_continue()
+    [request] = parser.feed(b"body")
+    assert request.body == b"body" and not parser.wants_continue()
+
+
+@pytest.mark.parametrize("raw", [
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS hello on a plain port
+    b"GET / HTTP/2\r\n\r\n",
+    b"GET /\r\n\r\n",
+    b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+    b"GET / HTTP/1.1\r\nNo colon here\r\n\r\n",
+])
+def test_garbage_is_refused(raw: bytes) -> None:
+    with pytest.raises(HttpParseError):
+        RequestParser().feed(raw)
+
+
+# --- DNS answers -----------------------------------------------------------------------------
+
+def _ask(answerer: DnsAnswerer, name: str, qtype: str) -> DNSRecord:
+    return DNSRecord.parse(answerer.answer(DNSRecord.question(name, qtype)).pack())
+
+
+def test_dns_answers() -> None:
+    answerer = DnsAnswerer({"pypi.org": {"A": ["10.200.254.10"], "AAAA": ["fd0a:200::1"]}},
+                           None, ttl=30)
+    a = _ask(answerer, "PYPI.org", "A")
+    assert [str(r.rdata) for r in a.rr] == ["10.200.254.10"] and a.header.aa == 1
+    assert [str(r.rdata) for r in _ask(answerer, "pypi.org", "AAAA").rr] == ["fd0a:200::1"]
+    mx = _ask(answerer, "pypi.org", "MX")
+    assert mx.header.rcode == RCODE.NOERROR and not mx.rr  # exists, no such record
+    assert _ask(answerer, "nope.test", "A").header.rcode == RCODE.NXDOMAIN
+
+
+def test_dns_catch_all_answers_every_name() -> None:
+    answerer = DnsAnswerer({}, {"A": ["10.200.255.254"], "AAAA": []}, ttl=30)
+    reply = _ask(answerer, "x.y.z", "A")
+    assert [str(r.rdata) for r in reply.rr] == ["10.200.255.254"]
+    assert QTYPE[reply.rr[0].rtype] == "A"
+    assert not _ask(answerer, "x.y.z", "AAAA").rr
+
+
+# --- records and config ----------------------------------------------------------------------
+
+def test_records_round_trip_and_merge_by_connection(tmp_path: Path) -> None:
+    writer = RecordWriter(tmp_path)
+    writer.sink("tcp", 9999, "10.200.1.2", "tcp-1", b"ab")
+    writer.sink("udp", 123, "10.200.1.2", "udp-2", b"\x00")
+    writer.sink("tcp", 9999, "10.200.1.2", "tcp-1", b"cd")
+    writer.dns("pypi.org", "A", "10.200.1.2", "udp")
+    writer.http({"method": "GET", "host": "h", "path": "/", "headers": {}, "body": b"\xff",
+                 "tls": True})
+    # A line still being written must be skipped, not break the reader.
+    with open(tmp_path / "dns.jsonl", "a") as f:
+        f.write('{"qname": "half')
+    reader = RecordReader(tmp_path)
+    assert [tuple(r) for r in reader.sink_records()] == [
+        ("tcp", 9999, "10.200.1.2", b"abcd"), ("udp", 123, "10.200.1.2", b"\x00")]
+    assert [r.data for r in reader.sink_records(port=123)] == [b"\x00"]
+    assert reader.dns_queries() == [("pypi.org", "A")]
+    assert reader.http_requests()[0]["body"] == b"\xff"
+    reader.reset()
+    writer.dns("after.reset", "A", "10.200.1.2", "udp")
+    assert reader.dns_queries() == [("after.reset", "A")] and reader.sink_records() == []
+    writer.close()
+
+
+def test_server_config_round_trip(tmp_path: Path) -> None:
+    config = ServerConfig(records_dir="/r", ready_file="/r/ready", parent_pid=1,
+                          listeners=(Listener("dns", "udp", "10.200.255.53", 53),),
+                          zone={"a.test": {"A": ["10.200.254.1"], "AAAA": []}}, catch_all=None)
+    config.write(tmp_path / "c.json")
+    assert ServerConfig.read(tmp_path / "c.json") == config
+    assert config.error_file == Path("/r/ready.error")
+
+
+# --- probe targets ---------------------------------------------------------------------------
+
+def test_probe_targets_use_only_fakenet_addresses() -> None:
+    targets = probe_targets(build_zone())
+    assert targets["udp_dns"] == "10.200.255.53:53"
+    assert targets["egress"][-1] == "10.200.254.8:53"
+    assert targets["ipv6"] == ["[fd0a:200:ffff::254:8]:443", "[fd0a:200:ffff::254:11]:443"]
+    assert probe_targets(build_zone(ipv6=False))["ipv6"] == []
+
+
+@pytest.mark.skipif(not PROBE.exists(), reason="the probe is not there yet")
+def test_probe_accepts_the_targets_file(tmp_path: Path) -> None:
+    # The probe is loaded from its file (the package never imports it); its own parser decides.
+    spec = importlib.util.spec_from_file_location("blast_probe_under_test", PROBE)
+    assert spec and spec.loader
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    path = write_probe_targets(tmp_path / "t.json", build_zone())
+    targets, overridden, error = probe.load_targets({"AGENTSEC_PROBE_TARGETS": str(path)})
+    assert (overridden, error) == (True, None)
+    assert list(targets["egress"]) == probe_targets(build_zone())["egress"]
