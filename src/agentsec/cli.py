@@ -8,6 +8,8 @@ traceback. Reports are written before any gate is applied, so a failing gate kee
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from agentsec import __version__, gate, service
+from agentsec.assertions import EXPECTATIONS, probe_env
+from agentsec.assertions import check as check_paths
 from agentsec.errors import AgentsecError, CaptureError, ReportError
 from agentsec.launchers import (
     Launch,
@@ -274,6 +278,91 @@ def compare(reports: tuple[Path, ...]) -> None:
     _console().print(scores_table(loaded, title="Comparison", detailed=True))
 
 
+def _assert_launch(
+    kind: str,
+    image: str | None,
+    template: str | None,
+    engine_flags: tuple[str, ...],
+    engine_bin: str | None,
+    python: str,
+) -> Launch:
+    if kind == "local":
+        return local_launch("agentsec assert", sys.executable)
+    if kind == "bwrap":
+        return bwrap_launch(engine_flags, "agentsec assert", python)
+    if kind == "command":
+        if not template:
+            raise AgentsecError("--kind command needs --template 'CMD ... {probe}'")
+        return command_launch(template, "agentsec assert")
+    if not image:
+        raise AgentsecError(f"--kind {kind} needs --image")
+    return container_launch(kind, image, engine_flags, "agentsec assert", engine_bin, python)
+
+
+@cli.command("assert")
+@click.option(
+    "--kind",
+    type=click.Choice(["local", "bwrap", "docker", "podman", "command"]),
+    required=True,
+    help="Where to run the probe.",
+)
+@click.option("--image", default=None, help="The image, for docker and podman.")
+@click.option("--template", default=None, help="For --kind command: a command naming {probe}.")
+@click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
+@click.option("--python", default="python3", show_default=True, help="Interpreter in sandbox.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@_options(
+    *(
+        click.option(
+            f"--{name}",
+            f"expect_{name.replace('-', '_')}",
+            multiple=True,
+            metavar="PATH",
+            help=f"Expect PATH to be {name.replace('-', ' ')}.",
+        )
+        for name in EXPECTATIONS
+    )
+)
+@click.argument("engine_flags", nargs=-1, type=click.UNPROCESSED)
+def assert_paths(
+    kind: str,
+    image: str | None,
+    template: str | None,
+    engine_bin: str | None,
+    python: str,
+    as_json: bool,
+    engine_flags: tuple[str, ...],
+    **expected: tuple[str, ...],
+) -> None:
+    """Pass or fail per path, no score: exit 2 when any expectation is violated or untested."""
+    wanted = [
+        (name, path)
+        for name in EXPECTATIONS
+        for path in expected[f"expect_{name.replace('-', '_')}"]
+    ]
+    if not wanted:
+        raise AgentsecError("name at least one path, e.g. --not-readable /answers/key.json")
+    launch = _assert_launch(kind, image, template, engine_flags, engine_bin, python)
+    env = {**os.environ, **probe_env(wanted)}
+    run = run_probe(launch.prefix, python=launch.python, env=env)
+    results = check_paths(run.output, wanted)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+    else:
+        table = Table(title="Path assertions")
+        for column in ("Result", "Expectation", "Path", "Observed"):
+            table.add_column(column)
+        for r in results:
+            style = "green" if r.verdict == "pass" else "bold red"
+            table.add_row(
+                Text(r.verdict.upper(), style=style), r.expectation, Text(r.path), Text(r.observed)
+            )
+        _console().print(table)
+    failed = [r for r in results if r.failed]
+    if failed:
+        raise GateFailed(f"{len(failed)} of {len(results)} path expectations not met")
+
+
 @cli.command()
 @click.argument("image", required=False)
 @click.option("--presets", "preset_list", default=None, help="Comma-separated preset names.")
@@ -350,6 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("agentsec: interrupted", err=True)
         return 130
+    except Exception as bug:  # a defect in agentsec itself: still one line, unless debugging
+        if os.environ.get("AGENTSEC_DEBUG") == "1":
+            raise
+        click.echo(
+            f"agentsec: internal error: {type(bug).__name__}: {bug} "
+            "(set AGENTSEC_DEBUG=1 for the traceback, and please report it)",
+            err=True,
+        )
+        return EXIT_ERROR
     return EXIT_OK
 
 

@@ -22,6 +22,13 @@ from agentsec.report import Target
 from agentsec.runner import PROBE_PATH
 
 ENGINES = ("bwrap", "docker", "podman")
+PROBE_SETTINGS = (
+    "AGENTSEC_PROBE_TIMEOUT",
+    "AGENTSEC_PROBE_TARGETS",
+    "AGENTSEC_PROBE_PATHS",
+    "AGENTSEC_PROBE_PROXY_AUTH",
+    "AGENTSEC_PROBE_ONLY",
+)
 IMAGE_INSPECT_TIMEOUT_S = 30
 
 
@@ -163,7 +170,9 @@ def container_launch(
     binary = _require_binary(engine_bin or engine)
     digest = image_digest(binary, image)
     flags = tuple(flags)
-    prefix = (binary, "run", "--rm", "-i", *flags, image)
+    # `-e NAME` passes the probe's own settings in only when they are set on this side.
+    settings = tuple(arg for name in PROBE_SETTINGS for arg in ("-e", name))
+    prefix = (binary, "run", "--rm", "-i", *settings, *flags, image)
     target = Target(
         kind="preset" if preset else engine,
         how=how,

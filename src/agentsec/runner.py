@@ -48,12 +48,16 @@ def _tail(text: str, lines: int = 3) -> str:
 
 def run_probe(
     prefix: Sequence[str] = (),
-    python: str = sys.executable,
+    python: str | None = sys.executable,
     env: Mapping[str, str] | None = None,
 ) -> ProbeRun:
-    """Run the probe under ``prefix`` (e.g. a bwrap argv) with ``python``; parse its one line."""
+    """Run the probe under ``prefix`` (e.g. a bwrap argv) with ``python``; parse its one line.
+
+    With ``python`` None the prefix is a whole command that runs the probe itself (a command
+    template naming the probe file); the source still goes to its stdin, for ``python3 -``.
+    """
     child_env = dict(os.environ if env is None else env)
-    argv = (*prefix, python, "-")
+    argv = (*prefix, python, "-") if python else tuple(prefix)
     deadline = _probe_timeout(child_env) + 1.0 + START_MARGIN_S
     try:
         proc = subprocess.Popen(

@@ -597,7 +597,10 @@ def test_a_locked_down_sandbox_does_not_crash_the_probe(run_probe, tmp_path):
         "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534",
         "--chdir", "/", "--",
     )
-    run = run_probe(wrapper=wrapper, env={"HOME": "/root"})
+    # The system interpreter, and the probe on stdin: a checkout under /tmp is hidden by the
+    # sandbox's own /tmp.
+    run = run_probe(wrapper=wrapper, env={"HOME": "/root"}, python="/usr/bin/python3",
+                    via_stdin=True)
     report = assert_one_json_line(run)
     assert_ok_or_clean_error(report)
     identity = report["sections"]["identity"]["data"]

@@ -83,16 +83,30 @@ WORKER_GRACE_S = 0.15  # lets a connect that timed out at the budget's end repor
 # Fixed local checks.
 # ---------------------------------------------------------------------------------------------
 HOME_CREDENTIAL_FILES = (
-    "~/.aws/credentials", "~/.aws/config",
-    "~/.ssh/id_rsa", "~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/config",
-    "~/.netrc", "~/.npmrc", "~/.pypirc", "~/.docker/config.json", "~/.kube/config",
-    "~/.config/gcloud/credentials.db", "~/.config/gcloud/application_default_credentials.json",
-    "~/.azure/accessTokens.json", "~/.git-credentials", "~/.gitconfig",
+    "~/.aws/credentials",
+    "~/.aws/config",
+    "~/.ssh/id_rsa",
+    "~/.ssh/id_ed25519",
+    "~/.ssh/id_ecdsa",
+    "~/.ssh/config",
+    "~/.netrc",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.docker/config.json",
+    "~/.kube/config",
+    "~/.config/gcloud/credentials.db",
+    "~/.config/gcloud/application_default_credentials.json",
+    "~/.azure/accessTokens.json",
+    "~/.git-credentials",
+    "~/.gitconfig",
 )
 # Login files of coding agents and of the GitHub CLI they drive (agent_login: true).
 AGENT_LOGIN_FILES = (
-    "~/.claude/.credentials.json", "~/.claude.json", "~/.codex/auth.json",
-    "~/.config/gh/hosts.yml", "~/.gemini/oauth_creds.json",
+    "~/.claude/.credentials.json",
+    "~/.claude.json",
+    "~/.codex/auth.json",
+    "~/.config/gh/hosts.yml",
+    "~/.gemini/oauth_creds.json",
 )
 ABSOLUTE_CREDENTIAL_PATHS = (
     "/run/secrets",
@@ -110,17 +124,33 @@ RUNTIME_SOCKETS = (
 ROOTLESS_SOCKET_NAMES = ("docker.sock", "podman/podman.sock")
 
 PERSISTENCE_TARGETS = (
-    ("~/.bashrc", "shell"), ("~/.bash_profile", "shell"), ("~/.profile", "shell"),
-    ("~/.zshrc", "shell"), ("~/.zprofile", "shell"), ("~/.config/fish/config.fish", "shell"),
-    ("~/.ssh/authorized_keys", "ssh"), ("~/.gitconfig", "git"),
-    ("~/.claude/settings.json", "agent"), ("~/.claude/settings.local.json", "agent"),
-    ("~/.codex/config.toml", "agent"), ("./.claude/settings.json", "agent"),
+    ("~/.bashrc", "shell"),
+    ("~/.bash_profile", "shell"),
+    ("~/.profile", "shell"),
+    ("~/.zshrc", "shell"),
+    ("~/.zprofile", "shell"),
+    ("~/.config/fish/config.fish", "shell"),
+    ("~/.ssh/authorized_keys", "ssh"),
+    ("~/.gitconfig", "git"),
+    ("~/.claude/settings.json", "agent"),
+    ("~/.claude/settings.local.json", "agent"),
+    ("~/.codex/config.toml", "agent"),
+    ("./.claude/settings.json", "agent"),
 )
 GIT_HOOKS_DIR = "./.git/hooks"
 
 WRITABLE_DIRS = (
-    "/", "/etc", "/usr/bin", "/usr/local/bin", "/root", "/home", "/var", "/opt", "/tmp",
-    "/dev/shm", ".",
+    "/",
+    "/etc",
+    "/usr/bin",
+    "/usr/local/bin",
+    "/root",
+    "/home",
+    "/var",
+    "/opt",
+    "/tmp",
+    "/dev/shm",
+    ".",
 )
 MARKER_PREFIX = ".agentsec-probe-"
 PROBE_SETTING_PREFIX = "AGENTSEC_PROBE_"  # the probe's own settings are never secrets
@@ -134,56 +164,177 @@ PROC_SYS_FILES = (
 CORE_PATTERN = "/proc/sys/kernel/core_pattern"
 
 SETUID_CANDIDATES = (
-    "/usr/bin/sudo", "/usr/bin/su", "/bin/su", "/usr/bin/passwd", "/usr/bin/mount", "/bin/mount",
-    "/usr/bin/umount", "/bin/umount", "/usr/bin/newgrp", "/usr/bin/chsh", "/usr/bin/chfn",
-    "/usr/bin/gpasswd", "/usr/bin/pkexec", "/usr/bin/doas", "/usr/bin/fusermount",
-    "/usr/bin/fusermount3", "/usr/bin/bwrap", "/usr/lib/openssh/ssh-keysign",
-    "/usr/libexec/openssh/ssh-keysign", "/usr/lib/dbus-1.0/dbus-daemon-launch-helper",
+    "/usr/bin/sudo",
+    "/usr/bin/su",
+    "/bin/su",
+    "/usr/bin/passwd",
+    "/usr/bin/mount",
+    "/bin/mount",
+    "/usr/bin/umount",
+    "/bin/umount",
+    "/usr/bin/newgrp",
+    "/usr/bin/chsh",
+    "/usr/bin/chfn",
+    "/usr/bin/gpasswd",
+    "/usr/bin/pkexec",
+    "/usr/bin/doas",
+    "/usr/bin/fusermount",
+    "/usr/bin/fusermount3",
+    "/usr/bin/bwrap",
+    "/usr/lib/openssh/ssh-keysign",
+    "/usr/libexec/openssh/ssh-keysign",
+    "/usr/lib/dbus-1.0/dbus-daemon-launch-helper",
 )
 
 # Filesystems that live on a block device: a mount of one (other than "/") is host storage.
-BLOCK_FILESYSTEMS = frozenset((
-    "ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "vfat", "msdos", "exfat", "ntfs",
-    "ntfs3", "fuseblk", "jfs", "reiserfs", "hfs", "hfsplus", "bcachefs",
-))
+BLOCK_FILESYSTEMS = frozenset(
+    (
+        "ext2",
+        "ext3",
+        "ext4",
+        "xfs",
+        "btrfs",
+        "zfs",
+        "f2fs",
+        "vfat",
+        "msdos",
+        "exfat",
+        "ntfs",
+        "ntfs3",
+        "fuseblk",
+        "jfs",
+        "reiserfs",
+        "hfs",
+        "hfsplus",
+        "bcachefs",
+    )
+)
 
 # Secret-looking environment variable names: whole underscore-separated words, so that
 # TOKENIZERS_PARALLELISM or KEYBOARD never match. SESSION alone is not a secret word
 # (XDG_SESSION_ID, DBUS_SESSION_BUS_ADDRESS); AWS_SESSION_TOKEN matches through TOKEN.
-SECRET_WORDS = frozenset((
-    "SECRET", "SECRETS", "TOKEN", "TOKENS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS",
-    "PASSPHRASE", "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "CREDENTIAL", "CREDENTIALS",
-    "CREDS", "PAT", "JWT", "BEARER", "OAUTH", "AUTH",
-))
+SECRET_WORDS = frozenset(
+    (
+        "SECRET",
+        "SECRETS",
+        "TOKEN",
+        "TOKENS",
+        "PASSWORD",
+        "PASSWORDS",
+        "PASSWD",
+        "PASS",
+        "PASSPHRASE",
+        "APIKEY",
+        "ACCESSKEY",
+        "SECRETKEY",
+        "PRIVATEKEY",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "CREDS",
+        "PAT",
+        "JWT",
+        "BEARER",
+        "OAUTH",
+        "AUTH",
+    )
+)
 # KEY counts only right after one of these words (API_KEY, AWS_ACCESS_KEY_ID), never GPG_KEY.
-KEY_QUALIFIERS = frozenset((
-    "API", "ACCESS", "SECRET", "PRIVATE", "ENCRYPTION", "SIGNING", "MASTER", "SERVICE", "ACCOUNT",
-))
+KEY_QUALIFIERS = frozenset(
+    (
+        "API",
+        "ACCESS",
+        "SECRET",
+        "PRIVATE",
+        "ENCRYPTION",
+        "SIGNING",
+        "MASTER",
+        "SERVICE",
+        "ACCOUNT",
+    )
+)
 KEY_WORDS = frozenset(("KEY", "KEYS"))
 # A name ending in one of these holds where a secret is, not the secret: SSH_AUTH_SOCK is a
 # socket path (reported by the sockets section), PASSWORD_STORE_DIR a directory.
-NOT_SECRET_LAST_WORDS = frozenset((
-    "SOCK", "SOCKET", "DIR", "PATH", "FILE", "HOST", "PORT", "URL", "TYPE", "MODE",
-))
-WELL_KNOWN_SECRET_NAMES = frozenset((
-    "GITHUB_TOKEN", "GH_TOKEN", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "HF_TOKEN", "NPM_TOKEN",
-    "CLAUDE_CODE_OAUTH_TOKEN", "AWS_ACCESS_KEY_ID", "PGPASSWORD", "MYSQL_PWD",
-))
+NOT_SECRET_LAST_WORDS = frozenset(
+    (
+        "SOCK",
+        "SOCKET",
+        "DIR",
+        "PATH",
+        "FILE",
+        "HOST",
+        "PORT",
+        "URL",
+        "TYPE",
+        "MODE",
+    )
+)
+WELL_KNOWN_SECRET_NAMES = frozenset(
+    (
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "HF_TOKEN",
+        "NPM_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+        "PGPASSWORD",
+        "MYSQL_PWD",
+    )
+)
 
 # CONNECT is asked for TLS ports, so the HTTPS proxy setting comes first, as curl would use it.
 PROXY_VARIABLES = (
-    "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "http_proxy", "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "http_proxy",
+    "HTTP_PROXY",
 )
 
 CAPABILITY_NAMES = (
-    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
-    "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE",
-    "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK",
-    "CAP_IPC_OWNER", "CAP_SYS_MODULE", "CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE",
-    "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT", "CAP_SYS_NICE", "CAP_SYS_RESOURCE",
-    "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE", "CAP_AUDIT_WRITE",
-    "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG",
-    "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF",
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
     "CAP_CHECKPOINT_RESTORE",
 )
 
@@ -517,7 +668,11 @@ def require_targets(settings):
 # ---------------------------------------------------------------------------------------------
 REFUSED_ERRNOS = (errno.ECONNREFUSED, errno.ECONNRESET)
 UNREACHABLE_ERRNOS = (
-    errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EHOSTDOWN, errno.EAFNOSUPPORT,
+    errno.ENETUNREACH,
+    errno.EHOSTUNREACH,
+    errno.ENETDOWN,
+    errno.EHOSTDOWN,
+    errno.EAFNOSUPPORT,
     errno.EADDRNOTAVAIL,
 )
 DENIED_ERRNOS = (errno.EACCES, errno.EPERM)
@@ -738,7 +893,8 @@ def section_namespaces(settings):
     if not steps.get("ctypes"):
         return namespace_result(None, None, "ctypes is missing")
     detail = "; ".join(
-        "%s: %s" % (step, steps[step]) for step in ("user", "mount_ns", "private", "mount")
+        "%s: %s" % (step, steps[step])
+        for step in ("user", "mount_ns", "private", "mount")
         if step in steps
     )
     mount_untested = steps.get("mount_ns") == "ok" and "mount" not in steps
@@ -880,8 +1036,15 @@ def dns_control_job(progress, name, extra_networks):
 
 def unfinished_connection(host, port, **extra):
     """What a TCP check reports if its worker is still busy at the deadline."""
-    return Progress(host=host, port=port, lookup="timeout", addresses=[], result="not_attempted",
-                    errno=None, **extra)
+    return Progress(
+        host=host,
+        port=port,
+        lookup="timeout",
+        addresses=[],
+        result="not_attempted",
+        errno=None,
+        **extra,
+    )
 
 
 def plan_network_checks(targets, gateway, deadline):
@@ -892,13 +1055,21 @@ def plan_network_checks(targets, gateway, deadline):
     for index, (endpoint, kind) in enumerate(endpoints):
         host, port = parse_endpoint(endpoint)
         progress["tcp%d" % index] = unfinished_connection(host, port, kind=kind)
-        jobs.append(("tcp%d" % index, tcp_target_job(progress["tcp%d" % index], host, port,
-                                                     socket.AF_UNSPEC, deadline)))
+        jobs.append(
+            (
+                "tcp%d" % index,
+                tcp_target_job(progress["tcp%d" % index], host, port, socket.AF_UNSPEC, deadline),
+            )
+        )
     for index, endpoint in enumerate(targets["ipv6"]):
         host, port = parse_endpoint(endpoint)
         progress["ipv6-%d" % index] = unfinished_connection(host, port)
-        jobs.append(("ipv6-%d" % index, tcp_target_job(progress["ipv6-%d" % index], host, port,
-                                                       socket.AF_INET6, deadline)))
+        jobs.append(
+            (
+                "ipv6-%d" % index,
+                tcp_target_job(progress["ipv6-%d" % index], host, port, socket.AF_INET6, deadline),
+            )
+        )
     udp_host, udp_port = parse_endpoint(targets["udp_dns"])
     progress["udp"] = Progress(host=udp_host, port=udp_port, result="error")
     jobs.append(("udp", udp_dns_job(progress["udp"], udp_host, udp_port, deadline)))
@@ -909,8 +1080,12 @@ def plan_network_checks(targets, gateway, deadline):
     if gateway:
         port = targets["docker_tcp_port"]
         progress["docker"] = unfinished_connection(gateway, port)
-        jobs.append(("docker", tcp_target_job(progress["docker"], gateway, port,
-                                              socket.AF_UNSPEC, deadline)))
+        jobs.append(
+            (
+                "docker",
+                tcp_target_job(progress["docker"], gateway, port, socket.AF_UNSPEC, deadline),
+            )
+        )
     return progress, jobs
 
 
@@ -927,8 +1102,11 @@ def section_network(settings):
         "default_gateway": gateway,
         "interfaces": network_interfaces(),
         "targets": [results[key] for key in results if key.startswith("tcp")],
-        "ipv6": [pick(results[key], "host", "port", "result", "errno")
-                 for key in results if key.startswith("ipv6-")],
+        "ipv6": [
+            pick(results[key], "host", "port", "result", "errno")
+            for key in results
+            if key.startswith("ipv6-")
+        ],
         "udp_dns": results["udp"],
         "dns_control": results["control"],
         "docker_tcp": pick(docker, "host", "port", "result") if docker else None,
@@ -1032,8 +1210,13 @@ def section_proxy(settings):
     targets = require_targets(settings)
     url = next((settings.environ[v] for v in PROXY_VARIABLES if settings.environ.get(v)), None)
     if url is None:
-        return {"configured": False, "scheme": None, "auth_present": False, "auth_sent": False,
-                "results": []}
+        return {
+            "configured": False,
+            "scheme": None,
+            "auth_present": False,
+            "auth_sent": False,
+            "results": [],
+        }
     scheme, proxy_host, proxy_port, username, password = parse_proxy_url(url)
     asked = [(*parse_endpoint(e), False) for e in targets["egress"]]
     asked.append((*parse_endpoint(targets["proxy_control"]), True))
@@ -1044,12 +1227,27 @@ def section_proxy(settings):
         authorization = base64.b64encode(token).decode("ascii")
     credentials_sent = threading.Event()
     for index, (host, port, control) in enumerate(asked):
-        progress[index] = Progress(host=host, port=port, control=control, status=None,
-                                   result="unsupported" if scheme != "http" else "timeout")
+        progress[index] = Progress(
+            host=host,
+            port=port,
+            control=control,
+            status=None,
+            result="unsupported" if scheme != "http" else "timeout",
+        )
         if scheme == "http":
-            jobs.append((index, proxy_connect_job(progress[index], (proxy_host, proxy_port),
-                                                  (host, port), authorization, credentials_sent,
-                                                  settings.budget_end)))
+            jobs.append(
+                (
+                    index,
+                    proxy_connect_job(
+                        progress[index],
+                        (proxy_host, proxy_port),
+                        (host, port),
+                        authorization,
+                        credentials_sent,
+                        settings.budget_end,
+                    ),
+                )
+            )
     results = run_workers(progress, jobs, settings.budget_end + WORKER_GRACE_S)
     return {
         "configured": True,
@@ -1088,8 +1286,15 @@ def credential_entries(relative, homes, agent_login):
     entries = []
     for via, path, exists in home_file_candidates(relative, homes):
         readable = bool(path) and exists is not False and is_readable(path)
-        entries.append({"path": relative, "exists": exists, "readable": readable,
-                        "agent_login": agent_login, "via": via})
+        entries.append(
+            {
+                "path": relative,
+                "exists": exists,
+                "readable": readable,
+                "agent_login": agent_login,
+                "via": via,
+            }
+        )
     return entries
 
 
@@ -1102,9 +1307,15 @@ def section_credentials(settings):
         files.extend(credential_entries(relative, homes, True))
     for path in ABSOLUTE_CREDENTIAL_PATHS:
         exists, _ = existence(path)
-        files.append({"path": path, "exists": exists,
-                      "readable": exists is not False and is_readable(path),
-                      "agent_login": False, "via": "absolute"})
+        files.append(
+            {
+                "path": path,
+                "exists": exists,
+                "readable": exists is not False and is_readable(path),
+                "agent_login": False,
+                "via": "absolute",
+            }
+        )
     return {"files": files}
 
 
@@ -1131,8 +1342,14 @@ def control_socket_results(environ, deadline):
     missing = "/nonexistent-agentsec-%s/socket" % os.urandom(6).hex()
     # mkdtemp gets a directory, so tempfile never searches for one: gettempdir() would write a
     # test file with content into each candidate.
-    base = next((d for d in (environ.get("TMPDIR"), "/tmp", "/dev/shm", "/var/tmp")
-                 if d and os.path.isdir(d)), None)
+    base = next(
+        (
+            d
+            for d in (environ.get("TMPDIR"), "/tmp", "/dev/shm", "/var/tmp")
+            if d and os.path.isdir(d)
+        ),
+        None,
+    )
     try:
         if base is None:
             raise OSError(errno.ENOENT, "no directory for a temporary one")
@@ -1175,10 +1392,15 @@ def section_sockets(settings):
         for path, rootless in runtime_socket_paths(settings.environ)
     ]
     agent_path = settings.environ.get("SSH_AUTH_SOCK")
-    ssh_agent = {"set": bool(agent_path),
-                 "result": connect_unix(agent_path, deadline) if agent_path else "not_attempted"}
-    return {"runtime": runtime, "ssh_agent": ssh_agent,
-            "control": control_socket_results(settings.environ, deadline)}
+    ssh_agent = {
+        "set": bool(agent_path),
+        "result": connect_unix(agent_path, deadline) if agent_path else "not_attempted",
+    }
+    return {
+        "runtime": runtime,
+        "ssh_agent": ssh_agent,
+        "control": control_socket_results(settings.environ, deadline),
+    }
 
 
 def section_keyring(settings):
@@ -1192,8 +1414,10 @@ def section_keyring(settings):
     else:
         session = "error"
     keys = read_text("/proc/keys")  # counted only: descriptions never leave this function
-    return {"session_keyring": session,
-            "visible_keys": None if keys is None else len(keys.splitlines())}
+    return {
+        "session_keyring": session,
+        "visible_keys": None if keys is None else len(keys.splitlines()),
+    }
 
 
 def numeric_proc_entries():
@@ -1228,8 +1452,12 @@ def section_proc_environ(settings):
         checked += 1
         readable += int(opened)
     pid1 = None if pid1_is_self else can_open("/proc/1/environ", os.O_RDONLY)
-    return {"pid1_is_self": pid1_is_self, "pid1_environ_readable": pid1,
-            "others_checked": checked, "others_readable": readable}
+    return {
+        "pid1_is_self": pid1_is_self,
+        "pid1_environ_readable": pid1,
+        "others_checked": checked,
+        "others_readable": readable,
+    }
 
 
 def unescape_mount_field(text):
@@ -1244,13 +1472,15 @@ def read_mounts():
         fields, tail = left.split(), right.split()
         if not separator or len(fields) < 6 or not tail:
             continue
-        mounts.append({
-            "root": unescape_mount_field(fields[3]),
-            "mountpoint": unescape_mount_field(fields[4]),
-            "options": fields[5].split(","),
-            "fstype": tail[0],
-            "super": tail[2].split(",") if len(tail) > 2 else [],
-        })
+        mounts.append(
+            {
+                "root": unescape_mount_field(fields[3]),
+                "mountpoint": unescape_mount_field(fields[4]),
+                "options": fields[5].split(","),
+                "fstype": tail[0],
+                "super": tail[2].split(",") if len(tail) > 2 else [],
+            }
+        )
     return mounts
 
 
@@ -1275,8 +1505,12 @@ def section_filesystem(settings):
     mounts = read_mounts()
     root_options = [m["options"] for m in mounts if m["mountpoint"] == "/"]
     host_mounts = [
-        {"mountpoint": clean_text(m["mountpoint"]), "fstype": m["fstype"],
-         "rw": "rw" in m["options"], "root": clean_text(m["root"])}
+        {
+            "mountpoint": clean_text(m["mountpoint"]),
+            "fstype": m["fstype"],
+            "rw": "rw" in m["options"],
+            "root": clean_text(m["root"]),
+        }
         for m in mounts
         if m["fstype"] in BLOCK_FILESYSTEMS and m["mountpoint"] != "/"
     ][:64]
@@ -1319,13 +1553,23 @@ def section_persistence(settings):
         for via, path, exists in home_file_candidates(relative, homes):
             # O_APPEND without O_CREAT: a missing file is never made, an existing one unchanged.
             appendable = bool(exists) and can_open(path, os.O_WRONLY | os.O_APPEND) is True
-            targets.append({"path": relative, "kind": kind, "exists": exists,
-                            "appendable": appendable, "via": via})
+            targets.append(
+                {
+                    "path": relative,
+                    "kind": kind,
+                    "exists": exists,
+                    "appendable": appendable,
+                    "via": via,
+                }
+            )
     hooks_exist = os.path.isdir(GIT_HOOKS_DIR)
     return {
         "targets": targets,
-        "git_hooks": {"path": GIT_HOOKS_DIR, "exists": hooks_exist,
-                      "writable": hooks_exist and create_marker(GIT_HOOKS_DIR)[0]},
+        "git_hooks": {
+            "path": GIT_HOOKS_DIR,
+            "exists": hooks_exist,
+            "writable": hooks_exist and create_marker(GIT_HOOKS_DIR)[0],
+        },
     }
 
 
@@ -1348,7 +1592,7 @@ def cgroup_chain(mount, path):
     root = mount["root"].rstrip("/")
     if path != root and not path.startswith(root + "/"):
         return []
-    directory = os.path.normpath(mount["mountpoint"] + "/" + path[len(root):])
+    directory = os.path.normpath(mount["mountpoint"] + "/" + path[len(root) :])
     chain = [directory]
     while len(directory) > len(mount["mountpoint"]) and directory != "/":
         directory = os.path.dirname(directory)
@@ -1366,8 +1610,10 @@ def limit_files(mounts):
                 files += [(directory + "/memory.max", "memory"), (directory + "/pids.max", "pids")]
         elif mount["fstype"] == "cgroup":
             if "memory" in mount["super"] and "memory" in v1:
-                files += [(d + "/memory.limit_in_bytes", "memory")
-                          for d in cgroup_chain(mount, v1["memory"])]
+                files += [
+                    (d + "/memory.limit_in_bytes", "memory")
+                    for d in cgroup_chain(mount, v1["memory"])
+                ]
             if "pids" in mount["super"] and "pids" in v1:
                 files += [(d + "/pids.max", "pids") for d in cgroup_chain(mount, v1["pids"])]
     return files
@@ -1415,8 +1661,13 @@ def path_writable(path, is_dir):
 
 def assert_path_entry(path):
     exists, _ = existence(path)
-    entry = {"path": clean_text(path), "exists": exists, "kind": None,
-             "readable": None, "writable": None}
+    entry = {
+        "path": clean_text(path),
+        "exists": exists,
+        "kind": None,
+        "readable": None,
+        "writable": None,
+    }
     if exists:
         is_dir = os.path.isdir(path)
         entry["kind"] = "dir" if is_dir else "file"
@@ -1495,6 +1746,16 @@ def requested_faults(environ):
     return [name for name in SECTION_NAMES if name in wanted]
 
 
+def selected_sections(environ):
+    """AGENTSEC_PROBE_ONLY=name[,name] runs only those sections (agentsec assert runs only
+    'paths', so asking about a file never touches the network); unset, all of them run."""
+    wanted = {name.strip() for name in environ.get("AGENTSEC_PROBE_ONLY", "").split(",")}
+    wanted.discard("")
+    if not wanted:
+        return SECTION_NAMES
+    return tuple(name for name in SECTION_NAMES if name in wanted)
+
+
 def guarded(name, function, settings):
     def run():
         if name in settings.faults:
@@ -1506,8 +1767,11 @@ def guarded(name, function, settings):
 
 def section_report(outcome):
     if outcome is None:
-        return {"ok": False, "timed_out": True,
-                "error": "TimeoutError: section did not finish before the deadline"}
+        return {
+            "ok": False,
+            "timed_out": True,
+            "error": "TimeoutError: section did not finish before the deadline",
+        }
     kind, value = outcome
     if kind == "raised":
         return {"ok": False, "error": describe_exception(value), "timed_out": False}
@@ -1515,10 +1779,13 @@ def section_report(outcome):
 
 
 def run_all(settings):
-    jobs = [(name, guarded(name, function, settings)) for name, function in SECTIONS]
+    selected = selected_sections(settings.environ)
+    jobs = [
+        (name, guarded(name, function, settings)) for name, function in SECTIONS if name in selected
+    ]
     jobs.append((CONTEXT_JOB, lambda: collect_context(settings)))
     outcomes = run_concurrently(jobs, settings.section_deadline)
-    sections = {name: section_report(outcomes.get(name)) for name in SECTION_NAMES}
+    sections = {name: section_report(outcomes.get(name)) for name in selected}
     context = outcomes.get(CONTEXT_JOB)
     if context is None or context[0] != "value":
         context = ("value", {"error": "context could not be collected"})
