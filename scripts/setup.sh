@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-linux)
+APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-linux
+    podman runc debootstrap)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

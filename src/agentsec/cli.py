@@ -214,7 +214,8 @@ blast_radius.add_command(_container_command("podman"))
 @click.argument("template")
 @_options(*LAUNCH, *GATES)
 def br_command(template: str, **opts: Any) -> None:
-    """Any command that runs the probe file named by {probe}, e.g. 'ssh box python3 {probe}'."""
+    """A command that runs the probe: it names the file as {probe}, or ends in '-' to read the
+    probe's source on stdin (e.g. 'ssh box python3 -')."""
     _run_launch(command_launch(template, ""), "command", opts)
 
 
@@ -307,7 +308,7 @@ def _assert_launch(
     help="Where to run the probe.",
 )
 @click.option("--image", default=None, help="The image, for docker and podman.")
-@click.option("--template", default=None, help="For --kind command: a command naming {probe}.")
+@click.option("--template", default=None, help="For --kind command: names {probe} or ends in '-'.")
 @click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
 @click.option("--python", default="python3", show_default=True, help="Interpreter in sandbox.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")

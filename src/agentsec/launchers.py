@@ -191,8 +191,12 @@ def command_launch(template: str, how: str) -> Launch:
         words = shlex.split(template)
     except ValueError as exc:
         raise LaunchError(f"cannot parse the command template: {exc}") from exc
-    if not any("{probe}" in word for word in words):
-        raise LaunchError("the command template must contain {probe} (the probe file's path)")
+    reads_stdin = bool(words) and words[-1] == "-"
+    if not reads_stdin and not any("{probe}" in word for word in words):
+        raise LaunchError(
+            "the command template must name {probe} (the probe file's path) or end in ' -' "
+            "(the probe's source arrives on stdin, e.g. 'ssh box python3 -')"
+        )
     argv = tuple(word.replace("{probe}", str(PROBE_PATH)) for word in words)
     _require_binary(argv[0])
     return Launch(prefix=argv, python=None, target=Target(kind="command", how=how, command=argv))

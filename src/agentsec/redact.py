@@ -55,10 +55,15 @@ def redact(probe: ProbeOutput) -> ProbeOutput:
     for name, result in probe.sections.items():
         data = copy.deepcopy(result.data)
         _redact_section(name, data)
-        sections[name] = SectionResult(result.ok, data, result.error, result.timed_out)
+        # An error message can quote a path or a name; its exception type says enough.
+        error = result.error.split(":", 1)[0] + ": [redacted]" if result.error else None
+        sections[name] = SectionResult(result.ok, data, error, result.timed_out)
         raw_section = raw["sections"].get(name)
-        if isinstance(raw_section, dict) and result.ok:
-            raw_section["data"] = data
+        if isinstance(raw_section, dict):
+            if result.ok:
+                raw_section["data"] = data
+            else:
+                raw_section["error"] = error
     return ProbeOutput(
         version=probe.version, raw=raw, sections=sections, ignored_lines=probe.ignored_lines
     )

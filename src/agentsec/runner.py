@@ -86,6 +86,11 @@ def run_probe(
             f"{python!r} could not be started inside the sandbox (exit {proc.returncode}): "
             "install python3 in it or pass the interpreter's path"
         )
+    if "ModuleNotFoundError" in stderr and not stdout.strip():
+        raise ProbeRunError(
+            f"{python or 'the interpreter'} in the sandbox lacks part of the standard library "
+            f"({_tail(stderr, 1)}): install the full python3 package, not python3-minimal"
+        )
     try:
         output = parse_probe_output(stdout, source="the probe's output")
     except CaptureError as exc:

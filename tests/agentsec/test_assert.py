@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
-AS_NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 {probe}"
+# The probe arrives on stdin: a checkout may sit where uid 65534 cannot read it.
+AS_NOBODY = "setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -"
 
 
 def run_assert(*args: str) -> subprocess.CompletedProcess[str]:

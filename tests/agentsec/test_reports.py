@@ -68,6 +68,13 @@ def test_redaction_strips_identifying_details_and_keeps_every_finding():
     ]
 
 
+def test_redaction_also_strips_section_error_messages():
+    out = outputs.failed("network")
+    out["sections"]["network"]["error"] = "FileNotFoundError: /home/alice/targets.json"
+    text = json.dumps(_report(out, redact=True))
+    assert "alice" not in text and "FileNotFoundError" in text
+
+
 def test_markdown_puts_the_axes_before_the_score_and_escapes_evidence():
     out = outputs.with_data("secrets_env", names=[{"name": "X_TOKEN|<script>", "length": 3}])
     text = render_markdown(_report(out))
