@@ -169,3 +169,23 @@ def test_a_corrupt_baseline_stops_before_anything_runs(podman, tmp_path: Path):
     )
     _one_line_error(proc, "accepted.json")
     assert not out.exists()
+
+
+def test_matrix_runs_presets_shows_progress_and_gates_on_the_best_row(podman, tmp_path: Path):
+    presets = "podman-default,podman-hardened,bwrap-hardened"
+    args = ("matrix", podman.image, "--presets", presets, "--out", str(tmp_path))
+    proc = agentsec(podman, *args, "--max-score", "100")
+    assert proc.returncode == 0, proc.stderr
+    assert "[1/3] podman-default: measuring" in proc.stdout
+    assert "[3/3] bwrap-hardened: score" in proc.stdout
+    stem = f"matrix_{podman.image}".replace("/", "_").replace(":", "_")
+    table = json.loads((tmp_path / f"{stem}.json").read_text())
+    assert table["test"] == "sandbox-blast-radius-matrix"
+    assert {row["preset"] for row in table["rows"]} == set(presets.split(","))
+    scores = [row["score"] for row in table["rows"]]
+    assert scores == sorted(scores, reverse=True)
+    markdown = (tmp_path / f"{stem}.md").read_text()
+    assert "| podman-hardened" in markdown.replace("\\", "")
+    best = min(scores)
+    failing = agentsec(podman, *args, "--max-score", str(max(best - 1, 0)))
+    assert failing.returncode == (2 if best > 0 else 0), failing.stderr
