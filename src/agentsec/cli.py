@@ -65,15 +65,16 @@ PROVENANCE = (
     click.option("--label", required=True, help="Name of this measurement; names the reports."),
     click.option("--how", required=True, help="How the sandbox was set up (kept in the report)."),
 )
+OUT_DIR = click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("reports"),
+    show_default=True,
+    help="Directory the reports are written to.",
+)
 GATES = (
-    click.option(
-        "--out",
-        "out_dir",
-        type=click.Path(path_type=Path, file_okay=False),
-        default=Path("reports"),
-        show_default=True,
-        help="Directory for <label>.json and <label>.md.",
-    ),
+    OUT_DIR,
     click.option(
         "--max-score",
         type=click.IntRange(0, 100),
@@ -374,13 +375,7 @@ def assert_paths(
     default=None,
     help="Exit 2 when even the best configuration scores above this budget.",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("reports"),
-    show_default=True,
-)
+@OUT_DIR
 def matrix(
     image: str | None, preset_list: str | None, python: str, max_score: int | None, out_dir: Path
 ) -> None:
@@ -403,13 +398,7 @@ def matrix(
 
 
 @cli.command()
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("reports"),
-    show_default=True,
-)
+@OUT_DIR
 def demo(out_dir: Path) -> None:
     """Build a fake internet and measure an open configuration against bubblewrap sandboxes."""
     from agentsec.demo import run_demo  # imported late: it needs root and the namespace tools
