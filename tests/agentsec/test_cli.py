@@ -104,3 +104,35 @@ def test_label_and_how_are_required(tmp_path: Path, capture: Path, missing: str)
 def test_version(tmp_path: Path):
     proc = run("--version", cwd=tmp_path)
     assert proc.returncode == 0 and "agentsec" in proc.stdout
+
+
+def test_probe_measures_where_it_runs_and_writes_both_reports(tmp_path: Path):
+    # In a fresh network namespace with no route: the real probe, the real command.
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--net",
+            "--",
+            AGENTSEC,
+            "probe",
+            "--label",
+            "here",
+            "--how",
+            "unshare --net as root",
+            "--out",
+            str(tmp_path),
+            "--max-score",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "here.json").read_text())
+    assert (
+        report["target"]["kind"] == "local" and report["target"]["how"] == "unshare --net as root"
+    )
+    assert report["summary"]["axes"]["network"]["state"] == "sealed"
+    assert "NET-003" in {f["id"] for f in report["summary"]["findings"]}
+    assert (tmp_path / "here.md").exists()
