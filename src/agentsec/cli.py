@@ -36,8 +36,9 @@ from agentsec.launchers import (
     preset_launch,
 )
 from agentsec.matrix import choose_presets, run_matrix, save_matrix
+from agentsec.render.html import render_html
 from agentsec.render.terminal import findings_table, scores_table
-from agentsec.report import Target
+from agentsec.report import TEST_BLAST_RADIUS, Target, write_atomically
 from agentsec.runner import run_probe
 from agentsec.untrusted import parse_probe_output
 
@@ -262,21 +263,31 @@ def diff(old: Path, new: Path) -> None:
         raise GateFailed(f"{new} is worse than the baseline {old}")
 
 
-def _expand(paths: tuple[Path, ...]) -> list[Path]:
-    """Report files, with directories expanded to the reports they hold."""
-    files: list[Path] = []
+def _load_reports(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
+    """Blast-radius reports from files, and from directories (whose other JSON files, such as
+    matrix tables, are passed over). A named file that is not a report is an error."""
+    reports: list[dict[str, Any]] = []
     for path in paths:
-        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files:
-        raise ReportError("no report files given")
-    return files
+        if not path.is_dir():
+            reports.append(gate.load_report(path))
+            continue
+        for member in sorted(path.glob("*.json")):
+            try:
+                kind = json.loads(member.read_text(encoding="utf-8")).get("test")
+            except (OSError, ValueError, AttributeError):
+                kind = None  # unreadable: load_report below says why, in one line
+            if kind in (None, TEST_BLAST_RADIUS):
+                reports.append(gate.load_report(member))
+    if not reports:
+        raise ReportError("no reports found in what was given")
+    return reports
 
 
 @cli.command()
 @click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
 def compare(reports: tuple[Path, ...]) -> None:
     """Side by side: label, score, raw score, each axis and the findings, one row per report."""
-    loaded = [gate.load_report(path) for path in _expand(reports)]
+    loaded = _load_reports(reports)
     _console().print(scores_table(loaded, title="Comparison", detailed=True))
 
 
@@ -363,6 +374,23 @@ def assert_paths(
     failed = [r for r in results if r.failed]
     if failed:
         raise GateFailed(f"{len(failed)} of {len(results)} path expectations not met")
+
+
+@cli.command()
+@click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("blast-radius.html"),
+    show_default=True,
+    help="The HTML file to write.",
+)
+def report(reports: tuple[Path, ...], out_file: Path) -> None:
+    """One self-contained HTML page from saved reports (files or directories)."""
+    loaded = _load_reports(reports)
+    write_atomically(out_file, render_html(loaded))
+    click.echo(f"wrote {out_file} ({len(loaded)} runs)")
 
 
 @cli.command()

@@ -1,0 +1,29 @@
+"""Reports as one self-contained HTML page: inline CSS, no script, no request leaves the page.
+
+The page is rendered from one template (autoescaped), shared by `agentsec report` and the
+console, so the two can never disagree. A Content-Security-Policy meta tag forbids loading
+anything from anywhere, as a second line behind the escaping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from agentsec.render.states import axis_cell
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("agentsec.render", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["axis_cell"] = axis_cell
+    return env
+
+
+def render_html(reports: list[dict[str, Any]], title: str = "agentsec blast radius") -> str:
+    return _environment().get_template("report.html.j2").render(reports=reports, title=title)
