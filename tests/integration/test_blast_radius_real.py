@@ -8,13 +8,18 @@ strictly ordered. Nothing here runs in the host's network namespace.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentsec.launchers import bwrap_launch
+from agentsec.launchers import bwrap_launch, load_presets
 from fakenet import FakeInternet
 from tests.integration.conftest import (
     axis_state,
@@ -25,6 +30,7 @@ from tests.integration.conftest import (
 )
 
 SECRET_NAME = "AGENTSEC_TEST_API_TOKEN"
+AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +189,41 @@ def test_a_gateway_that_drops_everything_still_finishes_within_the_deadline(
     assert elapsed < 2.0 + 2.0, elapsed
     assert axis_state(report, "network") == "sealed"
     assert not finding_ids(report) & {"NET-001", "NET-002", "NET-004", "NET-005"}
+
+
+def test_every_bwrap_preset_runs_for_real_inside_the_fake_internet(client, tmp_path: Path):
+    bwrap_presets = [name for name, p in load_presets().items() if p.engine == "bwrap"]
+    workdir = Path(tempfile.mkdtemp(prefix="agentsec-workdir-", dir="/tmp"))
+    workdir.chmod(0o777)  # the presets start bwrap as uid 65534, as an ordinary user would
+    try:
+        env = {**os.environ, "AGENTSEC_PROBE_TARGETS": client.probe_targets_file.read_text()}
+        proc = subprocess.run(
+            [
+                *client.exec_prefix,
+                AGENTSEC,
+                "matrix",
+                "--presets",
+                ",".join(bwrap_presets),
+                "--python",
+                "/usr/bin/python3",
+                "--out",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            cwd=workdir,
+        )
+    finally:
+        shutil.rmtree(workdir)
+    assert proc.returncode == 0, proc.stderr
+    table = json.loads((tmp_path / "matrix_bwrap.json").read_text())
+    assert table["failed"] == [] and table["skipped"] == []
+    rows = {row["preset"]: row for row in table["rows"]}
+    assert set(rows) == set(bwrap_presets)
+    # The presets that share the network reach the fake internet; the others do not.
+    for name in ("bwrap-ro-root", "bwrap-workdir-net"):
+        assert rows[name]["axes"]["network"].startswith("✕"), name
+    for name in ("bwrap-unshare-all", "bwrap-hardened", "codex-cli-0.153.4-bwrap-layer"):
+        assert rows[name]["axes"]["network"].startswith("✓"), name
