@@ -1,0 +1,1 @@
+"""Isolation backends. `namespace` (bubblewrap + network namespaces) is the Linux default."""

@@ -1,0 +1,294 @@
+"""The namespace backend: a gateway namespace running the egress gateway, and a cage namespace
+whose workloads run under bubblewrap. Every layer is applied or the cage does not start.
+
+Lifecycle: `start` builds the network, loads the firewall, launches the gateway and waits for
+it; `exec` runs one sandboxed command in the cage (workload.py); `stop` kills everything in
+both namespaces and deletes them. State lives in the cage directory (runtime.json records what
+is built before it is built, so an interrupted start can always be cleaned up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentcage.backends import host, netplan, workload
+from agentcage.backends.profile import CageMeta
+from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
+from agentcage.errors import BackendError, StateError
+from agentcage.gateway.firewall import render_ruleset, sysctls
+from agentcage.gateway.settings import GatewaySettings
+from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
+
+if TYPE_CHECKING:
+    from agentcage.config.model import CageConfig
+
+READY_TIMEOUT = 30.0
+# Attach a gateway namespace to an uplink someone else manages; returns the gateway's interface.
+UplinkAttacher = Callable[[str], str]
+
+
+def upstream_bundle(extra_files: Sequence[str]) -> bytes:
+    """Public CAs (certifi, else the system bundle) plus any extra CA files of the test world."""
+    try:
+        import certifi
+
+        base = Path(certifi.where()).read_bytes()
+    except ImportError:
+        base = Path(SYSTEM_BUNDLE_PATH).read_bytes()
+    parts = [base]
+    for f in extra_files:
+        try:
+            parts.append(Path(f).read_bytes())
+        except OSError as e:
+            raise BackendError(
+                f"gateway.upstream_ca_files: cannot read {f} ({e.strerror})"
+            ) from None
+    return b"\n".join(parts)
+
+
+class NamespaceBackend:
+    name = "namespace"
+
+    def __init__(self, store: StateStore, attach_uplink: UplinkAttacher | None = None,
+                 gateway_env: dict[str, str] | None = None):
+        self.store = store
+        self.attach_uplink = attach_uplink
+        self.gateway_env = gateway_env or {}
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def meta(self, cage: CageDir) -> CageMeta:
+        return CageMeta.from_dict(read_json(cage.root / "meta.json"))
+
+    def runtime(self, cage: CageDir) -> dict:
+        if not cage.runtime.exists():
+            return {"status": "stopped"}
+        return read_json(cage.runtime)
+
+    def write_meta(self, cage: CageDir, meta: CageMeta) -> None:
+        write_json(cage.root / "meta.json", meta.to_dict())
+
+    def validate(self, config: CageConfig) -> None:
+        """Refuse what this backend cannot enforce, instead of silently ignoring it."""
+        unsupported = []
+        if config.isolation not in ("auto", "namespace"):
+            unsupported.append(f"isolation {config.isolation} (this backend is namespace)")
+        if config.ports.udp.allow:
+            unsupported.append("ports.udp.allow")
+        if config.ports.icmp.allow:
+            unsupported.append("ports.icmp.allow")
+        if config.ports.tcp.passthrough or config.domains.passthrough:
+            unsupported.append("passthrough (uninspected TLS)")
+        if config.container.ports:
+            unsupported.append("container.ports")
+        if not config.container.read_only:
+            unsupported.append("container.read_only: false")
+        if unsupported:
+            raise BackendError(
+                "the namespace backend cannot enforce: " + ", ".join(unsupported) + "; remove them"
+            )
+        if not config.dns_servers:
+            raise BackendError(
+                "dns_servers is empty: the gateway resolves allowed names itself; set it to your "
+                "network's resolvers (cage.yaml dns_servers, or --dns with `run`)"
+            )
+
+    # ---- start / stop --------------------------------------------------------------------
+
+    def start(self, cage: CageDir, config: CageConfig,
+              gateway: subprocess.Popen | None = None) -> dict:
+        """Build and start the cage. `gateway`: a process from `prespawn_gateway` to use."""
+        from agentcage.checks import require_host
+
+        try:
+            require_host()
+            self.validate(config)
+            uplink = "attached" if self.attach_uplink else config.gateway.uplink
+            far = uplink.removeprefix("netns:")
+            if far != uplink and host.netns_inode(far) is None:
+                raise BackendError(f"gateway.uplink: namespace {far} does not exist")
+            with self.store.lock():
+                runtime = self.runtime(cage)
+                ours = gateway is not None and runtime.get("gateway_pid") == gateway.pid
+                if runtime.get("status") in ("running", "starting") and not ours:
+                    raise BackendError(f"cage {cage.name} is already running; stop it first")
+                plan = netplan.NetPlan(netplan.new_suffix(),
+                                       netplan.free_slot(self._used_slots()), uplink)
+                write_json(cage.runtime, {**runtime, "status": "starting",
+                                          "plan": plan.to_dict()})
+        except BaseException:
+            if gateway is not None:
+                self.stop(cage, grace=0)
+            raise
+        try:
+            return self._bring_up(cage, config, plan, gateway)
+        except BaseException:
+            self.stop(cage)
+            raise
+
+    def prespawn_gateway(self, cage: CageDir) -> subprocess.Popen:
+        """Start the gateway process early; it waits (in the host network namespace, with no
+        socket open) for gateway.json, then enters its own namespace. See `_bring_up`."""
+        proc = self._spawn_gateway(cage)
+        write_json(cage.runtime, {"status": "starting", "gateway_pid": proc.pid})
+        return proc
+
+    def _used_slots(self) -> set[int]:
+        used = set()
+        for name in self.store.names():
+            rt = self.store.cage(name).runtime
+            with contextlib.suppress(StateError, KeyError, TypeError):
+                if rt.exists():
+                    plan = read_json(rt).get("plan")
+                    if plan:
+                        used.add(int(plan["slot"]))
+        return used
+
+    def _bring_up(self, cage: CageDir, config: CageConfig, plan: netplan.NetPlan,
+                  gateway: subprocess.Popen | None) -> dict:
+        commands = netplan.setup_commands(plan)
+        if plan.uplink == "attached":
+            commands = [c for c in commands if c not in netplan.uplink_commands(plan)]
+        # Start the gateway process first: it imports mitmproxy and makes its CA (most of the
+        # start-up time) while the network and firewall are built. It opens no socket until
+        # gateway.json appears; then it enters the gateway namespace and serves.
+        proc = gateway
+        if proc is None:
+            proc = self._spawn_gateway(cage)
+            write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
+                                      "gateway_pid": proc.pid})
+        for argv in commands:
+            host.run(argv)
+        uplink_if = netplan.GW_UP_IF
+        if self.attach_uplink is not None:
+            uplink_if = self.attach_uplink(plan.gw_ns)
+        for key, value in sysctls().items():
+            host.run(netplan.in_ns(plan.gw_ns, ["sysctl", "-q", "-w", f"{key}={value}"]))
+        atomic_write(cage.upstream_ca, upstream_bundle(config.gateway.upstream_ca_files))
+        settings = GatewaySettings(
+            cage_name=cage.name,
+            netns=plan.gw_ns,
+            cage_iface=netplan.GW_CAGE_IF,
+            gateway_address=plan.gateway_address,
+            cage_network=plan.cage_network,
+            uplink_iface=uplink_if,
+            dns_servers=tuple(config.dns_servers),
+            policy_path=str(cage.policy),
+            audit_path=str(cage.audit),
+            ready_path=str(cage.gateway_ready),
+            confdir=str(cage.ca_dir),
+            upstream_ca_path=str(cage.upstream_ca),
+            tcp_ports=tuple(sorted(set(config.ports.tcp.allow))),
+            trusted_networks=tuple(config.gateway.trusted_networks),
+            rate_per_second=config.rate_limit.requests_per_second,
+            rate_burst=config.rate_limit.burst,
+            connect_timeout_seconds=config.gateway.connect_timeout_seconds,
+            max_request_body=config.max_request_body,
+        )
+        host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))
+        atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal
+        pid = self._wait_ready(cage, proc)
+        runtime = {"status": "running", "plan": plan.to_dict(), "gateway_pid": pid,
+                   "started_at": time.time()}
+        write_json(cage.runtime, runtime)
+        return runtime
+
+    def _spawn_gateway(self, cage: CageDir) -> subprocess.Popen:
+        from agentcage.state import ensure_private_dir
+
+        ensure_private_dir(cage.ca_dir)
+        for stale in (cage.gateway_ready, cage.gateway_settings):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        log = os.open(cage.gateway_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCAGE_GATEWAY")}
+        env.update(self.gateway_env)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agentcage.gateway", "--settings",
+                 str(cage.gateway_settings), "--wait", str(READY_TIMEOUT)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                env=env,
+            )
+        finally:
+            os.close(log)
+        return proc
+
+    def _wait_ready(self, cage: CageDir, proc: subprocess.Popen) -> int:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if cage.gateway_ready.exists() and cage.ca_cert.exists():
+                return proc.pid
+            if proc.poll() is not None:
+                break
+            time.sleep(0.005)
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = cage.gateway_log.read_text().strip().splitlines()[-1]
+        raise BackendError(f"the gateway of cage {cage.name} did not start: {tail or 'timeout'}")
+
+    def stop(self, cage: CageDir, grace: float = 3.0) -> None:
+        """Kill everything in the cage's namespaces and delete them. Idempotent.
+
+        `grace`: seconds the gateway gets to write its last packet summary (0 for a cage whose
+        state is deleted right after, like an ephemeral run)."""
+        runtime = self.runtime(cage) if cage.root.exists() else {}
+        plan_data = runtime.get("plan")
+        plan = netplan.NetPlan.from_dict(plan_data) if plan_data else None
+        victims = []
+        if plan is not None:
+            victims = host.pids_in_netns(plan.cage_ns) + host.pids_in_netns(plan.gw_ns)
+        gw_pid = runtime.get("gateway_pid")
+        if gw_pid and host.pid_matches(int(gw_pid), str(cage.gateway_settings)):
+            victims.append(int(gw_pid))
+        host.terminate(sorted(set(victims)), grace=grace)
+        if plan is None:
+            if cage.root.exists() and runtime:
+                write_json(cage.runtime, {"status": "stopped"})
+            return
+        for argv in netplan.teardown_commands(plan):
+            host.run(argv, check=False)  # each step may find its object already gone
+        with contextlib.suppress(FileNotFoundError):
+            cage.gateway_ready.unlink()
+        if cage.root.exists():
+            write_json(cage.runtime, {"status": "stopped"})
+
+    # ---- exec ----------------------------------------------------------------------------
+
+    def exec(self, cage: CageDir, command: Sequence[str], interactive: bool = False) -> int:
+        """Run `command` in the cage with the caller's terminal; its exit code."""
+        return workload.run(self._target(cage), command, interactive, capture=False).returncode
+
+    def exec_capture(self, cage: CageDir, command: Sequence[str],
+                     timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Run `command` in the cage with captured stdout/stderr (tests, verify, benchmarks)."""
+        return workload.run(self._target(cage), command, False, capture=True, timeout=timeout)
+
+    def spawn(self, cage: CageDir, command: Sequence[str], log: Path) -> int:
+        """Start a service workload in the background (output to `log`); its pid."""
+        return workload.spawn(self._target(cage), command, log)
+
+    def _target(self, cage: CageDir) -> workload.Target:
+        """The running cage's namespace and workload profile; refuses if anything is down."""
+        runtime = self.runtime(cage)
+        if runtime.get("status") != "running":
+            raise BackendError(f"cage {cage.name} is not running; `agentcage start {cage.name}`")
+        gw_pid = runtime.get("gateway_pid")
+        if not gw_pid or not host.alive(int(gw_pid)):
+            raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
+        return workload.Target(cage, netplan.NetPlan.from_dict(runtime["plan"]), self.meta(cage))
+
+    def status(self, cage: CageDir) -> dict:
+        runtime = self.runtime(cage)
+        if runtime.get("status") == "running":
+            pid = runtime.get("gateway_pid")
+            if not pid or not host.alive(int(pid)):
+                runtime = {**runtime, "status": "broken"}
+        return runtime

@@ -1,0 +1,99 @@
+"""What `create` decides once for a cage's workload: the project, the host uid, the profile.
+
+Stored as meta.json so that `exec` needs neither cage.yaml nor pydantic.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentcage.backends.sandbox import WORKSPACE
+from agentcage.errors import BackendError
+
+if TYPE_CHECKING:
+    from agentcage.config.model import CageConfig
+
+
+@dataclass(frozen=True)
+class CageMeta:
+    """What `create` decided once, so that `exec` needs neither cage.yaml nor pydantic: where
+    the project is, which host uid runs the workload, and the workload's fixed profile."""
+
+    project: str
+    host_uid: int
+    host_gid: int
+    volumes: tuple[tuple[str, str, str], ...]  # (host path, cage path, rw|ro)
+    uid: int = 1000
+    gid: int = 1000
+    tmpfs: tuple[tuple[str, int | None], ...] = (("/tmp", None),)
+    env: tuple[tuple[str, str], ...] = ()
+    lifecycle: str = "interactive"
+
+    def to_dict(self) -> dict:
+        return {"project": self.project, "host_uid": self.host_uid, "host_gid": self.host_gid,
+                "volumes": [list(v) for v in self.volumes], "uid": self.uid, "gid": self.gid,
+                "tmpfs": [list(t) for t in self.tmpfs], "env": dict(self.env),
+                "lifecycle": self.lifecycle}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CageMeta:
+        return cls(
+            project=str(d["project"]),
+            host_uid=int(d["host_uid"]),
+            host_gid=int(d["host_gid"]),
+            volumes=tuple((str(a), str(b), str(c)) for a, b, c in d["volumes"]),
+            uid=int(d["uid"]),
+            gid=int(d["gid"]),
+            tmpfs=tuple((str(t), None if s is None else int(s)) for t, s in d["tmpfs"]),
+            env=tuple(sorted((str(k), str(v)) for k, v in d["env"].items())),
+            lifecycle=str(d["lifecycle"]),
+        )
+
+
+def make_meta(config: CageConfig, project: Path, host_uid: int, host_gid: int,
+              volumes: tuple[tuple[str, str, str], ...]) -> CageMeta:
+    uid, gid = config.container.uid_gid
+    tmpfs = tuple((t.target, t.size_bytes) for t in config.container.parsed_tmpfs())
+    if not any(t == "/tmp" for t, _ in tmpfs):
+        tmpfs += (("/tmp", None),)
+    return CageMeta(str(project), host_uid, host_gid, volumes, uid, gid, tmpfs,
+                    tuple(sorted(config.container.env.items())), config.lifecycle)
+
+
+def choose_host_user(config: CageConfig, project: Path) -> tuple[int, int]:
+    """The real unprivileged host uid/gid the workload runs as (never 0)."""
+    chosen = config.container.host_user
+    if chosen != "auto":
+        return int(chosen), int(chosen)
+    st = project.stat()
+    if st.st_uid != 0:
+        return st.st_uid, st.st_gid
+    sudo_uid = os.environ.get("SUDO_UID")
+    if sudo_uid and sudo_uid.isdigit() and int(sudo_uid) != 0:
+        return int(sudo_uid), int(os.environ.get("SUDO_GID", sudo_uid))
+    return 65534, 65534  # nobody:nogroup
+
+
+def resolve_volumes(config: CageConfig, base: Path, project: Path | None) -> tuple[
+        Path, tuple[tuple[str, str, str], ...]]:
+    """(project dir, all volumes with absolute host paths); --project overrides /workspace."""
+    volumes = []
+    proj = project
+    for v in config.container.parsed_volumes():
+        src = Path(os.path.expanduser(v.host))
+        src = (base / src).resolve() if not src.is_absolute() else src.resolve()
+        if v.target == WORKSPACE:
+            if project is not None:
+                src = project.resolve()
+            proj = src
+        volumes.append((str(src), v.target, v.mode))
+    if proj is None:
+        proj = (project or base).resolve()
+        volumes.append((str(proj), WORKSPACE, "rw"))
+    for src, _, _ in volumes:
+        if not Path(src).is_dir():
+            raise BackendError(f"volume source {src} is not a directory; create it or fix the path")
+    return proj, tuple(volumes)

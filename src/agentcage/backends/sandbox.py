@@ -1,0 +1,180 @@
+"""The workload sandbox: one flat parameter object in, one argument list out (pure, no I/O).
+
+The command line is, outermost first:
+  nsenter --net=/run/netns/CAGE        the cage's network namespace (only a veth to the gateway)
+  setpriv --reuid H --regid G ...      a REAL unprivileged host uid (namespaced root is
+                                       never host root)
+(a fresh, empty session keyring is joined just before, see keyring.py)
+  bwrap ...                            user/pid/ipc/uts/cgroup namespaces, no capabilities, no new
+                                       privileges, read-only root, seccomp filter, /workspace, masks
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CAGE_CA_PATH = "/run/agentcage/ca.pem"
+CAGE_BUNDLE_PATH = "/run/agentcage/ca-bundle.pem"
+SYSTEM_BUNDLE_PATH = "/etc/ssl/certs/ca-certificates.crt"
+WORKSPACE = "/workspace"
+AGENT_HOME = "/home/agent"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Host directories bound read-only as the cage's root (merged /usr: the rest are symlinks).
+ROOT_DIRS = ("/usr", "/etc", "/opt")
+ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """Content handed to bwrap on an inherited file descriptor and bound read-only at `dest`."""
+
+    fd: int
+    dest: str
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    dest: str
+    writable: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    command: tuple[str, ...]
+    netns: str
+    host_uid: int
+    host_gid: int
+    uid: int = 1000
+    gid: int = 1000
+    hostname: str = "cage"
+    mounts: tuple[Mount, ...] = ()
+    masks: tuple[str, ...] = ()  # existing paths inside the cage hidden behind an empty tmpfs
+    read_only_files: tuple[tuple[str, str], ...] = ()  # (host path, cage path) bound read-only
+    tmpfs: tuple[tuple[str, int | None], ...] = (("/tmp", None),)
+    data_files: tuple[DataFile, ...] = ()
+    seccomp_fd: int | None = None
+    started_fd: int | None = None  # the sandbox writes one byte here just before the command
+    env: tuple[tuple[str, str], ...] = ()
+    chdir: str = WORKSPACE
+    root_links: dict[str, str] = field(default_factory=dict)  # /bin -> usr/bin on merged-/usr hosts
+    root_dirs: tuple[str, ...] = ROOT_DIRS
+    interactive: bool = False
+    die_with_parent: bool = True  # False for a service workload that outlives the CLI
+
+
+def sandbox_argv(spec: SandboxSpec) -> list[str]:
+    if spec.host_uid == 0 or spec.host_gid == 0:
+        raise ValueError("the workload must run as an unprivileged host uid/gid, never 0")
+    if spec.seccomp_fd is None:
+        raise ValueError("a seccomp filter is mandatory")
+    argv = ["nsenter", f"--net=/run/netns/{spec.netns}", "--"]
+    argv += [
+        "setpriv",
+        f"--reuid={spec.host_uid}",
+        f"--regid={spec.host_gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--",
+    ]
+    argv += ["bwrap", "--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid)]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    argv += ["--disable-userns", "--cap-drop", "ALL", "--hostname", spec.hostname]
+    if spec.die_with_parent:
+        argv += ["--die-with-parent"]
+    if not spec.interactive:
+        argv += ["--new-session"]
+    for d in spec.root_dirs:
+        argv += ["--ro-bind", d, d]
+    for link, target in sorted(spec.root_links.items()):
+        argv += ["--symlink", target, link]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for target, size in spec.tmpfs:
+        if size:
+            argv += ["--size", str(size)]
+        argv += ["--tmpfs", target]
+    argv += ["--tmpfs", "/run", "--tmpfs", "/var/tmp", "--tmpfs", AGENT_HOME]
+    for m in spec.mounts:
+        argv += ["--bind" if m.writable else "--ro-bind", m.source, m.dest]
+    for mask in spec.masks:
+        argv += ["--tmpfs", mask]
+    for source, dest in spec.read_only_files:
+        argv += ["--ro-bind", source, dest]
+    for data in spec.data_files:
+        argv += ["--perms", "0444", "--ro-bind-data", str(data.fd), data.dest]
+    argv += ["--seccomp", str(spec.seccomp_fd)]
+    argv += ["--clearenv"]
+    for key, value in spec.env:
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", spec.chdir, "--"]
+    if spec.started_fd is not None:
+        # proof that every layer was applied: bwrap only execs this once the sandbox is complete
+        argv += ["/bin/sh", "-c", STARTED_SCRIPT, str(spec.started_fd)]
+    argv += list(spec.command)
+    return argv
+
+
+STARTED_SCRIPT = 'printf s >"/proc/self/fd/$0" && exec "$@"'
+
+
+def cage_environment(
+    proxy_url: str, user_env: dict[str, str], term: str | None = None
+) -> tuple[tuple[str, str], ...]:
+    """The workload's whole environment: nothing from the caller leaks in but TERM."""
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": AGENT_HOME,
+        "USER": "agent",
+        "LOGNAME": "agent",
+        "LANG": "C.UTF-8",
+        "HTTP_PROXY": proxy_url,
+        "HTTPS_PROXY": proxy_url,
+        "http_proxy": proxy_url,
+        "https_proxy": proxy_url,
+        "NO_PROXY": "localhost,127.0.0.1",
+        "no_proxy": "localhost,127.0.0.1",
+        "SSL_CERT_FILE": CAGE_BUNDLE_PATH,
+        "REQUESTS_CA_BUNDLE": CAGE_BUNDLE_PATH,
+        "CURL_CA_BUNDLE": CAGE_BUNDLE_PATH,
+        "GIT_SSL_CAINFO": CAGE_BUNDLE_PATH,
+        "NODE_EXTRA_CA_CERTS": CAGE_CA_PATH,
+        "AGENTCAGE": "1",
+    }
+    if term:
+        env["TERM"] = term
+    env.update(user_env)
+    return tuple(sorted(env.items()))
+
+
+def pivot_masks(project: Path, target: str = WORKSPACE
+                ) -> tuple[list[str], list[tuple[str, str]]]:
+    """(dirs to hide behind tmpfs, files to re-bind read-only) for a writable project mount.
+
+    Only paths that exist are returned: masking a missing path would make bwrap create it on
+    the host. A symlink is never followed (it could point anywhere on the host): it raises.
+    """
+    masks, read_only = [], []
+    for rel in (".git/hooks", ".claude"):
+        host = project / rel
+        if host.is_symlink():
+            raise ValueError(f"{host} is a symlink; refusing to mount a project that redirects it")
+        if host.is_dir():
+            masks.append(f"{target}/{rel}")
+    config = project / ".git" / "config"
+    if config.is_symlink():
+        raise ValueError(f"{config} is a symlink; refusing")
+    if config.is_file():
+        # read-only: a core.hooksPath written here would bypass the hooks mask
+        read_only.append((str(config), f"{target}/.git/config"))
+    return masks, read_only
+
+
+def host_root_links(root: Path = Path("/")) -> dict[str, str]:
+    """The top-level symlinks of a merged-/usr host (/bin -> usr/bin ...)."""
+    links = {}
+    for link in ROOT_LINKS:
+        p = root / link.lstrip("/")
+        if p.is_symlink():
+            links[link] = str(p.readlink())
+    return links

@@ -1,0 +1,190 @@
+"""Running commands in a started cage: the sandbox specification of one command (with the files
+it receives on descriptors) and the three ways to run it — attached, captured, or detached.
+
+Every run is proven: the sandbox writes one byte on a pipe just before it execs the command,
+which it can only do once every layer is in place. No byte means nothing ran: an error, never a
+silent unsandboxed run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import select
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentcage.backends import netplan
+from agentcage.backends.keyring import join_new_session_keyring
+from agentcage.backends.profile import CageMeta
+from agentcage.backends.sandbox import (
+    CAGE_BUNDLE_PATH,
+    CAGE_CA_PATH,
+    SYSTEM_BUNDLE_PATH,
+    DataFile,
+    Mount,
+    SandboxSpec,
+    cage_environment,
+    host_root_links,
+    pivot_masks,
+    sandbox_argv,
+)
+from agentcage.backends.seccomp import build_filter
+from agentcage.errors import BackendError
+from agentcage.state import CageDir
+
+
+@dataclass(frozen=True)
+class Target:
+    """A running cage: where its files are, its network plan, its workload profile."""
+
+    cage: CageDir
+    plan: netplan.NetPlan
+    meta: CageMeta
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list[int],
+                 started_fd: int) -> SandboxSpec:
+    """The spec of one command; the descriptors it opens are appended to `fds` (caller closes)."""
+    def data(name: str, content: bytes, dest: str) -> DataFile:
+        fd = _memfd(name, content)
+        fds.append(fd)
+        return DataFile(fd, dest)
+
+    ca = t.cage.ca_cert.read_bytes()
+    bundle_path = Path(SYSTEM_BUNDLE_PATH)
+    system = bundle_path.read_bytes() if bundle_path.exists() else b""
+    uid, gid = t.meta.uid, t.meta.gid
+    files = [
+        data("resolv", f"nameserver {t.plan.gateway_address}\noptions attempts:1\n".encode(),
+             "/etc/resolv.conf"),
+        data("hosts", b"127.0.0.1 localhost\n", "/etc/hosts"),
+        data("passwd", f"root:x:0:0::/root:/usr/sbin/nologin\n"
+                       f"agent:x:{uid}:{gid}::/home/agent:/bin/sh\n".encode(), "/etc/passwd"),
+        data("group", f"root:x:0:\nagent:x:{gid}:\n".encode(), "/etc/group"),
+        data("ca", ca, CAGE_CA_PATH),
+        data("bundle", system + b"\n" + ca, CAGE_BUNDLE_PATH),
+    ]
+    if bundle_path.exists():
+        files.append(data("sysbundle", system + b"\n" + ca, SYSTEM_BUNDLE_PATH))
+    seccomp_fd = _memfd("seccomp", build_filter())
+    fds.append(seccomp_fd)
+    mounts, masks, read_only = [], [], []
+    for src, target, mode in t.meta.volumes:
+        mounts.append(Mount(src, target, writable=mode == "rw"))
+        if mode == "rw":
+            try:
+                m, r = pivot_masks(Path(src), target)
+            except ValueError as e:
+                raise BackendError(str(e)) from None
+            masks += m
+            read_only += r
+    return SandboxSpec(
+        command=tuple(command),
+        netns=t.plan.cage_ns,
+        host_uid=t.meta.host_uid,
+        host_gid=t.meta.host_gid,
+        uid=uid,
+        gid=gid,
+        hostname=f"cage-{t.cage.name}"[:63],
+        mounts=tuple(mounts),
+        masks=tuple(masks),
+        read_only_files=tuple(read_only),
+        tmpfs=t.meta.tmpfs,
+        data_files=tuple(files),
+        seccomp_fd=seccomp_fd,
+        started_fd=started_fd,
+        env=cage_environment(f"http://{t.plan.gateway_address}:8080", dict(t.meta.env),
+                             os.environ.get("TERM")),
+        root_links=host_root_links(),
+        interactive=interactive,
+    )
+
+
+def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dict,
+           detached: bool = False) -> tuple[subprocess.Popen, int]:
+    """Start one sandboxed command; returns the process and the read end of the started pipe."""
+    fds: list[int] = []
+    started_r, started_w = os.pipe()
+    try:
+        os.fchown(started_w, t.meta.host_uid, t.meta.host_gid)  # the sandbox reopens it
+        spec = sandbox_spec(t, command, interactive, fds, started_w)
+        if detached:
+            spec = dataclasses.replace(spec, die_with_parent=False)
+        try:
+            proc = subprocess.Popen(sandbox_argv(spec), pass_fds=(*fds, started_w),
+                                    preexec_fn=join_new_session_keyring, **popen_args)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BackendError(f"cannot start the sandbox of cage {t.cage.name}: {e}") from None
+    except BaseException:
+        os.close(started_r)
+        raise
+    finally:
+        for fd in (*fds, started_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    return proc, started_r
+
+
+def run(t: Target, command: Sequence[str], interactive: bool, capture: bool,
+        timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run and wait; with `capture`, stdout/stderr are returned instead of inherited."""
+    pipes: dict = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
+                   "stderr": subprocess.PIPE, "text": True} if capture else {}
+    proc, started = launch(t, command, interactive, pipes)
+    try:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+            raise
+        os.set_blocking(started, False)
+        try:
+            proof = os.read(started, 16)
+        except BlockingIOError:
+            proof = b""
+        if not proof:
+            detail = f": {err.strip().splitlines()[-1]}" if capture and err.strip() else ""
+            raise BackendError(
+                f"the sandbox of cage {t.cage.name} could not be set up "
+                f"(bwrap exit {proc.returncode}{detail}); nothing ran"
+            )
+        return subprocess.CompletedProcess(list(command), proc.returncode, out, err)
+    finally:
+        os.close(started)
+
+
+def spawn(t: Target, command: Sequence[str], log: Path, timeout: float = 10.0) -> int:
+    """Start `command` in the background (a service workload) with output to `log`; returns
+    its pid once the sandbox proved it is complete. It outlives the CLI."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc, started = launch(t, command, False, {
+            "stdin": subprocess.DEVNULL, "stdout": fd, "stderr": fd,
+            "start_new_session": True}, detached=True)
+    finally:
+        os.close(fd)
+    try:
+        ready, _, _ = select.select([started], [], [], timeout)
+        if not ready or not os.read(started, 1):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+            raise BackendError(
+                f"the service workload of cage {t.cage.name} could not be set up; "
+                f"nothing ran (see {log})"
+            )
+    finally:
+        os.close(started)
+    return proc.pid

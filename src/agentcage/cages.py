@@ -1,0 +1,259 @@
+"""Cage services: plain data in, plain data out. The CLI is a thin layer over these."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentcage import policy as policyfile
+from agentcage.backends.namespace import NamespaceBackend
+from agentcage.backends.profile import choose_host_user, make_meta, resolve_volumes
+from agentcage.domains import DomainPatternError, parse_duration
+from agentcage.errors import AgentcageError, ConfigError, StateError
+from agentcage.gateway.audit import read_audit
+from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
+
+if TYPE_CHECKING:
+    from agentcage.config.model import CageConfig
+
+
+def load_config(path: Path) -> CageConfig:
+    from agentcage.config.load import load_config as load  # pydantic only when needed
+
+    return load(path)
+
+
+class CageService:
+    def __init__(self, store: StateStore | None = None, backend: NamespaceBackend | None = None):
+        self.store = store or StateStore()
+        self.backend = backend or NamespaceBackend(self.store)
+
+    # ---- lookup ---------------------------------------------------------------------------
+
+    def _existing(self, name: str) -> CageDir:
+        cage = self.store.cage(name)
+        if not cage.exists():
+            raise StateError(f"no cage named {name!r}; see `agentcage ls`")
+        return cage
+
+    def config(self, name: str) -> CageConfig:
+        return load_config(self._existing(name).config)
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def create(self, config: CageConfig, base: Path, project: Path | None = None,
+               start: bool = True) -> CageDir:
+        cage = self.store.cage(config.name)
+        if cage.exists():
+            raise StateError(f"cage {config.name!r} exists; destroy it or choose another name")
+        self.backend.validate(config)
+        proj, volumes = resolve_volumes(config, base, project)
+        cage = self.store.create(config.name)
+        try:
+            self._write_state(cage, config, proj, volumes)
+            if start:
+                self._start(cage, config)
+        except BaseException:
+            self.backend.stop(cage)
+            self.store.remove(config.name)
+            raise
+        return cage
+
+    def _write_state(self, cage: CageDir, config: CageConfig, project: Path,
+                     volumes: tuple[tuple[str, str, str], ...]) -> None:
+        from agentcage.config.load import dump_config
+
+        host_uid, host_gid = choose_host_user(config, project)
+        atomic_write(cage.config, dump_config(config))
+        self.backend.write_meta(cage, make_meta(config, project, host_uid, host_gid, volumes))
+        d = config.domains
+        write_json(cage.policy, policyfile.document_from_domains(d.mode, d.allow, d.block))
+
+    def start(self, name: str) -> dict:
+        cage = self._existing(name)
+        return self._start(cage, load_config(cage.config))
+
+    def _start(self, cage: CageDir, config: CageConfig) -> dict:
+        """Start the cage; a `service` cage also starts its command in the background."""
+        runtime = self.backend.start(cage, config)
+        if config.lifecycle == "service":
+            try:
+                self.backend.spawn(cage, config.container.command, cage.workload_log)
+            except BaseException:
+                self.backend.stop(cage)
+                raise
+        return runtime
+
+    def stop(self, name: str) -> None:
+        self.backend.stop(self._existing(name))
+
+    def restart(self, name: str) -> dict:
+        self.stop(name)
+        return self.start(name)
+
+    def destroy(self, name: str) -> None:
+        cage = self.store.cage(name)
+        if not cage.root.exists():
+            raise StateError(f"no cage named {name!r}; see `agentcage ls`")
+        self.backend.stop(cage)
+        self.store.remove(name)
+
+    def exec(self, name: str, command: Sequence[str], interactive: bool = False) -> int:
+        cage = self._existing(name)
+        return self.backend.exec(cage, command, interactive)
+
+    def exec_capture(self, name: str, command: Sequence[str], timeout: float | None = None):
+        cage = self._existing(name)
+        return self.backend.exec_capture(cage, command, timeout)
+
+    def run_ephemeral(self, name: str, make_config: Callable[[], CageConfig], base: Path,
+                      project: Path | None, command: Sequence[str] | None,
+                      interactive: bool) -> int:
+        """Create, start, run one command, and remove everything, whatever happens.
+
+        The gateway process is started before the configuration is even parsed, so that its
+        slow start-up (importing mitmproxy) overlaps everything else; it opens no socket until
+        the backend hands it its settings."""
+        if self.store.cage(name).root.exists():
+            raise StateError(f"cage {name!r} exists; destroy it or choose another name")
+        cage = self.store.create(name)
+        try:
+            atomic_write(cage.root / "owner.pid", str(os.getpid()))
+            gateway = self.backend.prespawn_gateway(cage)
+            config = make_config()
+            if config.name != name:
+                raise StateError(f"the configuration names cage {config.name!r}, not {name!r}")
+            self.backend.validate(config)
+            self._write_state(cage, config, *resolve_volumes(config, base, project))
+            self.backend.start(cage, config, gateway=gateway)
+            return self.backend.exec(cage, list(command or config.container.command),
+                                     interactive)
+        finally:
+            self.backend.stop(cage, grace=0)  # its audit log goes with it: no summary to wait for
+            self.store.remove(name)
+
+    def ls(self) -> list[dict[str, Any]]:
+        rows = []
+        for name in self.store.names():
+            cage = self.store.cage(name)
+            try:
+                status = self.backend.status(cage).get("status", "unknown")
+                lifecycle = self.backend.meta(cage).lifecycle
+            except AgentcageError:
+                status, lifecycle = "broken", "?"
+            rows.append({"name": name, "status": status, "lifecycle": lifecycle})
+        return rows
+
+    def prune(self) -> list[str]:
+        """Remove what nobody can use any more: cages whose gateway died, ephemeral cages whose
+        `run` process is gone, and starts abandoned halfway. Live sessions are left alone."""
+        removed = []
+        for row in self.ls():
+            cage = self.store.cage(row["name"])
+            if row["status"] == "broken" or self._abandoned(cage, row):
+                self.destroy(row["name"])
+                removed.append(row["name"])
+        return removed
+
+    @staticmethod
+    def _abandoned(cage: CageDir, row: dict[str, Any]) -> bool:
+        from agentcage.backends import host
+
+        owner = cage.root / "owner.pid"
+        if row["lifecycle"] == "ephemeral" or owner.exists():
+            try:
+                return not host.alive(int(owner.read_text()))
+            except (OSError, ValueError):
+                return True
+        if row["status"] == "starting":
+            age = time.time() - cage.runtime.stat().st_mtime
+            return age > 120
+        return False
+
+    # ---- domains --------------------------------------------------------------------------
+
+    def _policy_doc(self, cage: CageDir) -> dict[str, Any]:
+        return read_json(cage.policy)
+
+    def domain_list(self, name: str) -> dict[str, Any]:
+        doc = self._policy_doc(self._existing(name))
+        return {"mode": doc.get("mode"), "rules": policyfile.describe(doc)}
+
+    def domain_add(self, name: str, domains: Sequence[str], expires_in: str | None = None) -> None:
+        cage = self._existing(name)
+        expires_at = None
+        if expires_in:
+            try:
+                expires_at = time.time() + parse_duration(expires_in)
+            except ValueError as e:
+                raise ConfigError(f"--expires-in: {e}") from None
+        doc = self._policy_doc(cage)
+        for domain in domains:
+            try:
+                doc = policyfile.add_rule(doc, domain, expires_at)
+            except DomainPatternError as e:
+                raise ConfigError(f"domain {domain!r}: {e}") from None
+        policyfile.compile_document(doc)  # never write what the gateway would refuse
+        write_json(cage.policy, doc)
+
+    def domain_rm(self, name: str, domain: str) -> bool:
+        cage = self._existing(name)
+        try:
+            doc, found = policyfile.remove_rule(self._policy_doc(cage), domain)
+        except DomainPatternError as e:
+            raise ConfigError(f"domain {domain!r}: {e}") from None
+        if found:
+            write_json(cage.policy, doc)
+        return found
+
+    # ---- logs -----------------------------------------------------------------------------
+
+    def audit_path(self, name: str) -> Path:
+        return self._existing(name).audit
+
+    def workload_log(self, name: str) -> str:
+        path = self._existing(name).workload_log
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def audit(self, name: str) -> list[dict[str, Any]]:
+        return read_audit(self.audit_path(name))
+
+
+def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Counts by direction and decision, the most blocked hosts, and firewall drop totals."""
+    counts: dict[str, dict[str, int]] = {}
+    blocked: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+    for rec in records:
+        direction, decision = str(rec.get("direction")), str(rec.get("decision"))
+        if direction == "packets":
+            dropped = dict(rec.get("dropped_total") or dropped)
+            continue
+        by_decision = counts.setdefault(direction, {})
+        by_decision[decision] = by_decision.get(decision, 0) + 1
+        if decision == "blocked" and rec.get("host"):
+            key = f"{direction} {rec['host']}"
+            blocked[key] = blocked.get(key, 0) + 1
+    top = sorted(blocked.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+    return {"decisions": counts, "top_blocked": top, "dropped_packets": dropped}
+
+
+def format_record(rec: dict[str, Any]) -> str:
+    """One audit record as one line of text (sanitised: the cage controls hosts and paths)."""
+    def clean(value: Any) -> str:
+        text = str(value if value is not None else "")
+        return "".join(ch if ch.isprintable() else "?" for ch in text)[:300]
+
+    ts = time.strftime("%H:%M:%S", time.localtime(float(rec.get("ts", 0))))
+    if rec.get("direction") == "packets":
+        return f"{ts} packets  blocked  dropped={clean(json.dumps(rec.get('dropped', {})))}"
+    parts = [ts, clean(rec.get("direction")), clean(rec.get("decision")),
+             clean(rec.get("method")), clean(rec.get("host"))]
+    if rec.get("path"):
+        parts.append(clean(rec.get("path")))
+    parts.append(f"({clean(rec.get('reason'))})")
+    return " ".join(p for p in parts if p)

@@ -1,0 +1,135 @@
+"""Host checks: what the namespace backend needs, each with a fix. Used by `doctor` and `start`."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentcage.errors import HostCheckError
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _binary(name: str, package: str) -> Check:
+    path = shutil.which(name)
+    if path:
+        return Check(f"{name} installed", True, path)
+    return Check(f"{name} installed", False, "not found", f"apt-get install {package}")
+
+
+def _root() -> Check:
+    if os.geteuid() == 0:
+        return Check("running as root", True, "uid 0")
+    return Check(
+        "running as root",
+        False,
+        f"uid {os.geteuid()}",
+        "run with sudo; the namespace backend needs root today (rootless mode: see docs/cage.md)",
+    )
+
+
+def _userns() -> Check:
+    try:
+        limit = int(Path("/proc/sys/user/max_user_namespaces").read_text())
+    except (OSError, ValueError):
+        limit = 0
+    clone = Path("/proc/sys/kernel/unprivileged_userns_clone")
+    allowed = not clone.exists() or clone.read_text().strip() == "1"
+    ok = limit > 0 and allowed
+    return Check(
+        "unprivileged user namespaces", ok, f"max_user_namespaces={limit}",
+        "sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1",
+    )
+
+
+def _seccomp() -> Check:
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        status = ""
+    ok = "Seccomp:" in status
+    return Check("seccomp filters", ok, "supported" if ok else "no Seccomp field",
+                 "use a kernel built with CONFIG_SECCOMP_FILTER")
+
+
+def _arch() -> Check:
+    from agentcage.backends.seccomp import _ARCHES
+
+    machine = platform.machine()
+    return Check("architecture", machine in _ARCHES, machine, "x86_64 or aarch64 is required")
+
+
+def _netns() -> Check:
+    ok = Path("/proc/self/ns/net").exists()
+    return Check("network namespaces", ok, "/proc/self/ns/net", "use a kernel with CONFIG_NET_NS")
+
+
+def _mitmproxy() -> Check:
+    try:
+        import mitmproxy.version as v
+    except ImportError:
+        return Check("mitmproxy 12", False, "not importable", "pip install 'agentcage[gateway]'")
+    from agentcage.gateway.proxy import ADDON_MODULES
+
+    # look for the files: importing mitmproxy.addons here would cost a second
+    addons_dir = Path(v.__file__).parent / "addons"
+    major = int(v.VERSION.split(".")[0])
+    missing = [m for m in ADDON_MODULES if not (addons_dir / f"{m}.py").exists()]
+    ok = major == 12 and not missing
+    detail = v.VERSION + (f" (missing addons: {', '.join(missing)})" if missing else "")
+    return Check("mitmproxy 12", ok, detail, "pip install 'mitmproxy>=12,<13'")
+
+
+def _dnslib() -> Check:
+    try:
+        import dnslib  # noqa: F401
+    except ImportError:
+        return Check("dnslib", False, "not importable", "pip install dnslib")
+    return Check("dnslib", True, "importable")
+
+
+CHECKS: tuple[Callable[[], Check], ...] = (
+    _root,
+    lambda: _binary("bwrap", "bubblewrap"),
+    lambda: _binary("nft", "nftables"),
+    lambda: _binary("ip", "iproute2"),
+    lambda: _binary("nsenter", "util-linux"),
+    lambda: _binary("setpriv", "util-linux"),
+    lambda: _binary("sysctl", "procps"),
+    _userns,
+    _seccomp,
+    _arch,
+    _netns,
+    _mitmproxy,
+    _dnslib,
+)
+
+
+def run_checks() -> list[Check]:
+    results = []
+    for check in CHECKS:
+        try:
+            results.append(check())
+        except Exception as e:  # a crashing check is a failed check, never a pass
+            results.append(Check(getattr(check, "__name__", "check"), False, f"error: {e}"))
+    return results
+
+
+def require_host() -> None:
+    failed = [c for c in run_checks() if not c.ok]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more; run `agentcage doctor`)" if len(failed) > 1 else ""
+        raise HostCheckError(
+            f"cannot start a cage: {first.name}: {first.detail}; fix: {first.fix}{more}"
+        )

@@ -1,0 +1,393 @@
+"""`agentcage`: thin click commands over the services in cages.py. Exit codes: 0 ok, 1 error,
+2 reserved for gates (a failed `verify`/score gate). Bad input is one clear line, no traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from agentcage import __version__
+from agentcage.config.scaffolds import scaffold_config, scaffold_names, scaffold_text
+from agentcage.errors import AgentcageError, ConfigError
+
+EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _service():
+    from agentcage.cages import CageService
+
+    return CageService()
+
+
+def _command(args: Sequence[str]) -> list[str]:
+    return list(args)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="agentcage")
+def cli() -> None:
+    """Run AI agents in a cage whose only way out is an inspecting egress gateway."""
+
+
+# ---- init / run -------------------------------------------------------------------------------
+
+@cli.command()
+@click.argument("name", required=False, default="my-cage")
+@click.option("--scaffold", "-s", default="minimal", show_default=True,
+              help=f"one of: {', '.join(scaffold_names())}")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("cage.yaml"), show_default=True)
+@click.option("--force", is_flag=True, help="overwrite an existing file")
+def init(name: str, scaffold: str, output: Path, force: bool) -> None:
+    """Write a commented cage.yaml from a scaffold."""
+    text = scaffold_text(scaffold, name)
+    if output.exists() and not force:
+        raise ConfigError(f"{output} exists; use --force to overwrite or -o to choose another file")
+    output.write_text(text)
+    out.print(f"wrote {output} (scaffold {scaffold}); next: agentcage cage create -c {output}")
+
+
+def _apply_overrides(config, *, name, uplink, dns, trust, upstream_ca, allow):
+    import yaml
+
+    from agentcage.config.load import dump_config, load_config_text
+
+    data = yaml.safe_load(dump_config(config))
+    if name:
+        data["name"] = name
+    if uplink:
+        data["gateway"]["uplink"] = uplink
+    if dns:
+        data["dns_servers"] = list(dns)
+    if trust:
+        data["gateway"]["trusted_networks"] = list(trust)
+    if upstream_ca:
+        data["gateway"]["upstream_ca_files"] = [str(Path(p).resolve()) for p in upstream_ca]
+    if allow:
+        data["domains"]["mode"] = data["domains"].get("mode") or "allowlist"
+        data["domains"]["allow"] = [*data["domains"].get("allow", []), *allow]
+    data["lifecycle"] = "ephemeral"
+    return load_config_text(yaml.safe_dump(data), source="run options")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("scaffold")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path),
+              help="project directory mounted at /workspace (default: current directory)")
+@click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="a cage.yaml to use instead of the scaffold")
+@click.option("--name", help="cage name (default: run-<random>)")
+@click.option("--uplink", help="host or netns:NAME")
+@click.option("--dns", multiple=True, help="upstream DNS server of the uplink (repeatable)")
+@click.option("--trust-network", "trust", multiple=True,
+              help="test world only: a network treated as public (repeatable)")
+@click.option("--upstream-ca", multiple=True, help="extra CA file for upstream TLS (repeatable)")
+@click.option("--allow", multiple=True, help="allow a domain for this run (repeatable)")
+def run(scaffold, command, project, config_path, name, uplink, dns, trust, upstream_ca, allow):
+    """Run SCAFFOLD's agent (or COMMAND after --) in an ephemeral cage, removed on exit."""
+    import secrets
+
+    from agentcage.names import NAME_RE
+
+    cage_name = name or f"run-{secrets.token_hex(3)}"
+    if not NAME_RE.match(cage_name):
+        raise ConfigError(f"--name {cage_name!r}: use a-z, 0-9 and '-'")
+    base = config_path.resolve().parent if config_path else Path.cwd()
+    if not config_path:
+        scaffold_text(scaffold, cage_name)  # an unknown scaffold fails before anything starts
+
+    def make_config():  # parsed while the gateway process starts (see run_ephemeral)
+        if config_path:
+            from agentcage.config.load import load_config
+
+            config = load_config(config_path)
+        else:
+            config = scaffold_config(scaffold, cage_name)
+        return _apply_overrides(config, name=cage_name, uplink=uplink, dns=dns, trust=trust,
+                                upstream_ca=upstream_ca, allow=allow)
+
+    rc = _service().run_ephemeral(cage_name, make_config, base, project,
+                                  _command(command) or None, interactive=sys.stdin.isatty())
+    sys.exit(rc)
+
+
+# ---- cage lifecycle ---------------------------------------------------------------------------
+
+@cli.group()
+def cage() -> None:
+    """Persistent cages: create, start, stop, destroy, exec."""
+
+
+@cage.command("create")
+@click.option("--config", "-c", "config_path", required=True,
+              type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--no-start", is_flag=True, help="write the state but do not start")
+def cage_create(config_path: Path, project: Path | None, no_start: bool) -> None:
+    """Create (and start) a cage from cage.yaml."""
+    from agentcage.config.load import load_config
+
+    config = load_config(config_path)
+    _service().create(config, config_path.resolve().parent, project, start=not no_start)
+    out.print(f"cage {config.name} {'created' if no_start else 'running'}")
+
+
+def _lifecycle(verb: str):
+    @click.argument("name")
+    def command(name: str) -> None:
+        svc = _service()
+        getattr(svc, verb)(name)
+        out.print(f"cage {name}: {verb} done")
+
+    command.__doc__ = f"{verb.capitalize()} a cage."
+    command.__name__ = verb
+    return command
+
+
+def _destroy():
+    @click.argument("name")
+    @click.option("--yes", "-y", is_flag=True, help="do not ask")
+    def destroy(name: str, yes: bool) -> None:
+        """Stop a cage and remove its state (audit log and CA included)."""
+        if not yes and sys.stdin.isatty():
+            click.confirm(f"destroy cage {name} and all its state?", abort=True)
+        _service().destroy(name)
+        out.print(f"cage {name}: destroyed")
+
+    return destroy
+
+
+for _verb in ("start", "stop", "restart"):
+    cage.command(_verb)(_lifecycle(_verb))
+    cli.command(_verb)(_lifecycle(_verb))
+cage.command("destroy")(_destroy())
+cli.command("destroy")(_destroy())
+
+
+def _ls() -> None:
+    rows = _service().ls()
+    table = Table("NAME", "STATUS", "LIFECYCLE", box=None)
+    for row in rows:
+        table.add_row(row["name"], row["status"], row["lifecycle"])
+    out.print(table if rows else "no cages")
+
+
+cli.command("ls")(_ls)
+cage.command("ls")(_ls)
+
+
+def _exec_command():
+    @click.argument("name")
+    @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+    def command(name: str, command: tuple[str, ...]) -> None:
+        """Run COMMAND inside the cage NAME (write it after --)."""
+        sys.exit(_service().exec(name, list(command), interactive=sys.stdin.isatty()))
+
+    return command
+
+
+cli.command("exec", context_settings={"ignore_unknown_options": True})(_exec_command())
+cage.command("exec", context_settings={"ignore_unknown_options": True})(_exec_command())
+
+
+def _shell_command():
+    @click.argument("name")
+    def command(name: str) -> None:
+        """Open an interactive shell in the cage NAME."""
+        sys.exit(_service().exec(name, ["/bin/sh", "-i"], interactive=True))
+
+    return command
+
+
+cli.command("shell")(_shell_command())
+cage.command("shell")(_shell_command())
+
+
+def _logs_command():
+    @click.argument("name")
+    @click.option("--follow", "-f", is_flag=True)
+    @click.option("--decision", "-d", type=click.Choice(["allowed", "flagged", "blocked"]))
+    @click.option("--json", "as_json", is_flag=True, help="raw audit records")
+    @click.option("--summary", is_flag=True, help="counts per decision, top blocked, drops")
+    @click.option("--workload", is_flag=True, help="the output of a service cage's command")
+    def command(name: str, follow: bool, decision: str | None, as_json: bool,
+                summary: bool, workload: bool) -> None:
+        """Show the cage's audit log (every gateway decision)."""
+        from agentcage.cages import format_record, summarise
+
+        svc = _service()
+        if workload:
+            text = svc.workload_log(name)
+            sys.stdout.write("".join(ch if ch.isprintable() or ch in "\n\t" else "?"
+                                     for ch in text))
+            return
+        path = svc.audit_path(name)
+        if summary:
+            result = summarise(svc.audit(name))
+            if as_json:
+                out.print(json.dumps(result), markup=False)
+                return
+            for direction, by in sorted(result["decisions"].items()):
+                counts = ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+                out.print(f"{direction}: {counts}", markup=False)
+            for host, n in result["top_blocked"]:
+                out.print(f"blocked {n}x  {host}", markup=False)
+            drops = ", ".join(f"{k} {v}" for k, v in sorted(result["dropped_packets"].items()))
+            out.print(f"dropped packets: {drops or 'none'}", markup=False)
+            return
+
+        def show(rec):
+            if decision and rec.get("decision") != decision:
+                return
+            out.print(json.dumps(rec) if as_json else format_record(rec), markup=False)
+
+        for rec in svc.audit(name):
+            show(rec)
+        if not follow:
+            return
+        position = path.stat().st_size if path.exists() else 0
+        while True:
+            time.sleep(0.3)
+            if not path.exists() or path.stat().st_size <= position:
+                continue
+            with path.open() as f:
+                f.seek(position)
+                chunk = f.read()
+                position = f.tell()
+            for line in chunk.splitlines():
+                try:
+                    show(json.loads(line))
+                except ValueError:
+                    continue
+
+    return command
+
+
+cli.command("logs")(_logs_command())
+cage.command("logs")(_logs_command())
+cage.command("audit")(_logs_command())  # the seed's `cage audit NAME --summary`
+
+
+@cli.group()
+def scaffold() -> None:
+    """Built-in cage.yaml templates."""
+
+
+@scaffold.command("list")
+def scaffold_list() -> None:
+    for name in scaffold_names():
+        out.print(name)
+
+
+@scaffold.command("show")
+@click.argument("name")
+def scaffold_show(name: str) -> None:
+    sys.stdout.write(scaffold_text(name, "my-cage"))
+
+
+@cli.command()
+@click.option("--yes", "-y", is_flag=True, help="do not ask")
+def prune(yes: bool) -> None:
+    """Remove ephemeral cages and cages whose gateway died."""
+    if not yes and sys.stdin.isatty():
+        click.confirm("remove ephemeral and broken cages?", abort=True)
+    removed = _service().prune()
+    out.print(f"removed: {', '.join(removed)}" if removed else "nothing to prune")
+
+
+# ---- domains ----------------------------------------------------------------------------------
+
+@cli.group()
+def domain() -> None:
+    """List, add and remove allowed (or blocked) domains; takes effect without restart."""
+
+
+@domain.command("list")
+@click.argument("name")
+def domain_list(name: str) -> None:
+    info = _service().domain_list(name)
+    out.print(f"mode: {info['mode'] or 'none (deny everything)'}")
+    table = Table("PATTERN", "LIST", "SOURCE", "EXPIRES", "ACTIVE", box=None)
+    for r in info["rules"]:
+        expires = "never" if r["expires_at"] is None else time.strftime(
+            "%Y-%m-%d %H:%M:%S", time.localtime(r["expires_at"]))
+        table.add_row(r["pattern"], r["list"], r["source"], expires, "yes" if r["active"] else "no")
+    out.print(table)
+
+
+@domain.command("add")
+@click.argument("name")
+@click.argument("domains", nargs=-1, required=True)
+@click.option("--expires-in", help="e.g. 30m, 2h, 1d")
+def domain_add(name: str, domains: tuple[str, ...], expires_in: str | None) -> None:
+    _service().domain_add(name, domains, expires_in)
+    until = f" for {expires_in}" if expires_in else ""
+    out.print(f"added to {name}: {', '.join(domains)}{until}")
+
+
+@domain.command("rm")
+@click.argument("name")
+@click.argument("pattern")
+def domain_rm(name: str, pattern: str) -> None:
+    if not _service().domain_rm(name, pattern):
+        raise ConfigError(f"{pattern} is not in the domain list of {name}")
+    out.print(f"removed from {name}: {pattern}")
+
+
+# ---- doctor -----------------------------------------------------------------------------------
+
+@cli.command()
+def doctor() -> None:
+    """Check the host: binaries, kernel features, gateway dependencies; each with a fix."""
+    from agentcage.checks import run_checks
+
+    results = run_checks()
+    for c in results:
+        mark = "[green]ok[/green]  " if c.ok else "[red]FAIL[/red]"
+        line = f"{mark} {c.name}: {c.detail}"
+        if not c.ok and c.fix:
+            line += f"  → fix: {c.fix}"
+        out.print(line)
+    if not all(c.ok for c in results):
+        sys.exit(EXIT_ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def on_term(signum, frame):  # SIGTERM cleans up like Ctrl-C (finally blocks run)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="agentcage",
+                 standalone_mode=False)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        return EXIT_ERROR
+    except click.ClickException as e:
+        err.print(f"error: {e.format_message()}", markup=False)
+        return EXIT_ERROR
+    except AgentcageError as e:
+        for line in str(e).splitlines():
+            err.print(f"error: {line}", markup=False)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        err.print("interrupted; cage removed" if argv is None else "interrupted")
+        return 130
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_ERROR)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

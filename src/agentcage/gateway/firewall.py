@@ -1,0 +1,124 @@
+"""The gateway namespace's nftables ruleset, rendered as text from the settings (pure).
+
+Default deny in every direction: nothing is forwarded; IPv6 is dropped; from the cage only DNS
+to the resolver and TCP to the proxy (80/443/configured ports redirected to the transparent port,
+the regular proxy port by address) are accepted; everything else is counted and dropped. On the
+uplink only DNS to the configured servers and TCP to the allowed ports of public addresses (or
+trusted test networks) may leave, whatever the proxy decided. A self-loop guard refuses
+connections from the gateway to its own proxy ports.
+"""
+
+from __future__ import annotations
+
+from agentcage.addresses import NEVER_PUBLIC_V4
+from agentcage.gateway.settings import GatewaySettings
+
+TABLE = "agentcage"
+COUNTERS = (
+    "cage_tcp",
+    "cage_udp",
+    "cage_icmp",
+    "cage_other",
+    "ipv6",
+    "forward",
+    "uplink_in",
+    "output",
+)
+
+
+def _set(values) -> str:
+    return "{ " + ", ".join(str(v) for v in values) + " }"
+
+
+def render_ruleset(s: GatewaySettings) -> str:
+    cage, up = f'"{s.cage_iface}"', f'"{s.uplink_iface}"'
+    ports = _set(sorted(set(s.tcp_ports)))
+    proxy_ports = _set(s.proxy_ports)
+    dns = _set(s.dns_servers) if s.dns_servers else None
+    net, gw = s.cage_network, s.gateway_address
+    counters = "\n".join(f"  counter {name} {{}}" for name in COUNTERS)
+    private = ", ".join(NEVER_PUBLIC_V4)
+    trusted = [n for n in s.trusted_networks if ":" not in n]
+    trusted_rule = (
+        f"    oifname {up} ip daddr {_set(trusted)} tcp dport {ports} accept\n" if trusted else ""
+    )
+    uplink_dns = (
+        f"    oifname {up} ip daddr {dns} udp dport 53 accept\n"
+        f"    oifname {up} ip daddr {dns} tcp dport 53 accept\n"
+        if dns
+        else ""
+    )
+    return f"""table inet {TABLE}
+delete table inet {TABLE}
+table inet {TABLE} {{
+{counters}
+
+  chain cage_ingress {{
+    type filter hook prerouting priority mangle; policy accept;
+    iifname != {cage} accept
+    meta nfproto ipv6 counter name ipv6 drop
+    ip saddr != {s.cage_network} jump cage_drop
+    ct state established accept
+    ip daddr {s.gateway_address} udp dport {s.dns_port} accept
+    ip daddr {s.gateway_address} tcp dport {s.dns_port} accept
+    ip daddr {s.gateway_address} tcp dport {s.regular_port} accept
+    tcp dport {ports} accept
+    jump cage_drop
+  }}
+
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname {cage} meta nfproto ipv4 tcp dport {ports} redirect to :{s.transparent_port}
+  }}
+
+  chain input {{
+    type filter hook input priority filter; policy drop;
+    iif "lo" accept
+    meta nfproto ipv6 counter name ipv6 drop
+    ct state invalid drop
+    iifname {cage} ip saddr {net} ip daddr {gw} udp dport {s.dns_port} accept
+    iifname {cage} ip saddr {net} ip daddr {gw} tcp dport {s.dns_port} accept
+    iifname {cage} ip saddr {net} tcp dport {s.transparent_port} ct status dnat accept
+    iifname {cage} ip saddr {net} ip daddr {gw} tcp dport {s.regular_port} accept
+    iifname {cage} ct state established accept
+    iifname {cage} jump cage_drop
+    iifname {up} ct state established,related accept
+    counter name uplink_in drop
+  }}
+
+  chain forward {{
+    type filter hook forward priority filter; policy drop;
+    meta nfproto ipv6 counter name ipv6 drop
+    iifname {cage} jump cage_drop
+    counter name forward drop
+  }}
+
+  chain cage_drop {{
+    meta l4proto tcp counter name cage_tcp drop
+    meta l4proto udp counter name cage_udp drop
+    meta l4proto icmp counter name cage_icmp drop
+    counter name cage_other drop
+  }}
+
+  chain output {{
+    type filter hook output priority filter; policy drop;
+    meta nfproto ipv6 counter name ipv6 drop
+    tcp dport {proxy_ports} fib daddr type local reject with tcp reset
+    oif "lo" accept
+    ct state established,related accept
+{uplink_dns}{trusted_rule}    oifname {up} ip daddr {{ {private} }} counter name output drop
+    oifname {up} tcp dport {ports} accept
+    counter name output drop
+  }}
+}}
+"""
+
+
+def sysctls() -> dict[str, str]:
+    """Per-namespace kernel settings of the gateway (never the host's)."""
+    return {
+        "net.ipv4.ip_forward": "0",
+        "net.ipv6.conf.all.disable_ipv6": "1",
+        "net.ipv6.conf.default.disable_ipv6": "1",
+        "net.ipv4.tcp_syn_retries": "2",
+    }

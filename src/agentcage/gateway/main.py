@@ -1,0 +1,203 @@
+"""The gateway process: `python -m agentcage.gateway --settings gateway.json`, run in the gateway
+namespace by the backend after the firewall is in place. Writes `gateway.ready` once the resolver
+and both proxy listeners are up; exits non-zero (and never serves) if any part fails to start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agentcage.addresses import UpstreamAddressRule
+from agentcage.gateway import resolver as dns
+from agentcage.gateway.addon import CageAddon
+from agentcage.gateway.audit import AuditLog, AuditRecord
+from agentcage.gateway.ca import install_ca, make_ca
+from agentcage.gateway.firewall import TABLE
+from agentcage.gateway.inspectors import build_chain
+from agentcage.gateway.policyholder import PolicyHolder
+from agentcage.gateway.proxy import build_master, preload
+from agentcage.gateway.ratelimit import HostRateLimiter
+from agentcage.gateway.settings import GatewaySettings
+from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
+
+FAULT_ENV = "AGENTCAGE_GATEWAY_FAULT_HOST"  # test hook: requests to this host raise in the addon
+
+
+def read_counters() -> dict[str, int]:
+    """Packet counts of the gateway's nft counters (drops by kind)."""
+    out = subprocess.run(
+        ["nft", "-j", "list", "counters", "table", "inet", TABLE],
+        capture_output=True, text=True, check=False, timeout=5,
+    )
+    if out.returncode != 0:
+        return {}
+    counts = {}
+    for item in json.loads(out.stdout).get("nftables", []):
+        if "counter" in item:
+            counts[item["counter"]["name"]] = int(item["counter"]["packets"])
+    return counts
+
+
+class _Ready:
+    """Addon that marks the gateway ready once both of mitmproxy's listeners run (and stops
+    the gateway if they do not: the backend then reports that it did not start)."""
+
+    def __init__(self, on_ready, expected_servers: int = 2):
+        self.on_ready, self.expected = on_ready, expected_servers
+
+    def running(self) -> None:
+        from mitmproxy import ctx
+
+        proxyserver = ctx.master.addons.get("proxyserver")
+        servers = list(proxyserver.servers) if proxyserver else []
+        if len(servers) != self.expected or not all(s.is_running for s in servers):
+            print("agentcage-gateway: a proxy listener did not start", file=sys.stderr)
+            ctx.master.shutdown()
+            return
+        self.on_ready()
+
+
+async def _count_drops(audit: AuditLog, interval: float) -> None:
+    last: dict[str, int] = {}
+    try:
+        while True:
+            await asyncio.sleep(interval)
+            last = _summarise(audit, last)
+    finally:
+        _summarise(audit, last)
+
+
+def _summarise(audit: AuditLog, last: dict[str, int]) -> dict[str, int]:
+    counts = read_counters()
+    delta = {k: v - last.get(k, 0) for k, v in counts.items() if v - last.get(k, 0) > 0}
+    if delta:
+        audit.write(
+            AuditRecord("packets", "blocked", "packets dropped by the firewall", by="firewall",
+                        extra={"dropped": delta, "dropped_total": counts})
+        )
+    return counts or last
+
+
+async def serve(settings: GatewaySettings, timings: dict[str, float] | None = None) -> int:
+    audit_log = AuditLog(Path(settings.audit_path))
+    holder = PolicyHolder(Path(settings.policy_path), audit_log.write)
+    addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
+    addon = CageAddon(
+        policy=lambda: holder.current,
+        audit=audit_log.write,
+        chain=build_chain(),
+        tcp_ports=settings.tcp_ports,
+        limiter=HostRateLimiter(settings.rate_per_second, settings.rate_burst),
+        fault_host=os.environ.get(FAULT_ENV) or None,
+    )
+    loop = asyncio.get_running_loop()
+    assert isinstance(loop, GatewayEventLoop)
+    loop.connector = UpstreamConnector(
+        UpstreamResolver(settings.dns_servers),
+        addresses,
+        addon.name_refusal,
+        settings.connect_timeout_seconds,
+    )
+    cage_resolver = dns.CageResolver(
+        settings.gateway_address, lambda: holder.current, audit_log.write,
+        settings.blocked_dns_answer,
+    )
+    udp, tcp = await dns.serve(cage_resolver, settings.gateway_address, settings.dns_port)
+    started = time.monotonic()
+
+    def ready() -> None:
+        info = {"pid": os.getpid(), "serve_seconds": round(time.monotonic() - started, 3),
+                **(timings or {})}
+        Path(settings.ready_path).write_text(json.dumps(info))
+        print(f"agentcage-gateway ready: {json.dumps(info)}", file=sys.stderr, flush=True)
+
+    master = build_master([addon, _Ready(ready)])
+    master.options.update(
+        mode=[
+            f"transparent@{settings.gateway_address}:{settings.transparent_port}",
+            f"regular@{settings.gateway_address}:{settings.regular_port}",
+        ],
+        confdir=settings.confdir,
+        connection_strategy="lazy",
+        rawtcp=False,
+        http3=False,
+        ssl_insecure=False,
+        ssl_verify_upstream_trusted_ca=settings.upstream_ca_path,
+        stream_large_bodies=str(settings.max_request_body),
+        termlog_verbosity="warn",
+    )
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, master.shutdown)
+    tasks = [
+        asyncio.create_task(holder.watch()),
+        asyncio.create_task(_count_drops(audit_log, settings.counter_interval_seconds)),
+    ]
+    try:
+        await master.run()
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        udp.close()
+        tcp.close()
+        with contextlib.suppress(FileNotFoundError):
+            Path(settings.ready_path).unlink()
+        audit_log.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="agentcage-gateway")
+    parser.add_argument("--settings", required=True, type=Path)
+    parser.add_argument("--wait", type=float, default=0.0,
+                        help="seconds to wait for the settings file to appear")
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+    # The slow part, done while the backend builds the network: import mitmproxy, make a CA.
+    preload()
+    ca_key, ca_cert = make_ca()
+    t_prepared = time.monotonic()
+    deadline = time.monotonic() + args.wait
+    while not args.settings.exists():
+        if time.monotonic() > deadline:
+            print(f"agentcage-gateway: {args.settings} did not appear", file=sys.stderr)
+            return 1
+        time.sleep(0.01)
+    t_settings = time.monotonic()
+    settings = GatewaySettings.load(args.settings)
+    enter_namespace(settings.netns)
+    install_ca(Path(settings.confdir), ca_key, ca_cert)
+    timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3)}
+    return asyncio.run(serve(settings, timings), loop_factory=GatewayEventLoop)
+
+
+def enter_namespace(name: str) -> None:
+    """Join the gateway's network namespace (before any socket exists); exit if that fails."""
+    path = f"/run/netns/{name}"
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.setns(fd, os.CLONE_NEWNET)
+    finally:
+        os.close(fd)
+    # setns() moves only the calling thread: every thread must be in the namespace, or a
+    # socket opened by a thread started earlier (by an imported library) would be the host's
+    target = os.stat(path).st_ino
+    for task in os.listdir("/proc/self/task"):
+        if os.stat(f"/proc/self/task/{task}/ns/net").st_ino != target:
+            raise SystemExit(f"agentcage-gateway: thread {task} is outside namespace {name}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The live policy: reloaded when domains.json changes; an invalid file blocks everything."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from agentcage.gateway.audit import AuditRecord
+from agentcage.policy import Policy, PolicyFileError, read_policy
+
+
+class PolicyHolder:
+    """Holds the current compiled Policy. `check()` reloads if the file changed.
+
+    Fail closed: a missing, unreadable or invalid file replaces the policy with deny-all (not
+    the last good one), and says so in the audit log, until a valid file appears.
+    """
+
+    def __init__(self, path: Path, audit: Callable[[AuditRecord], None]):
+        self.path = Path(path)
+        self._audit = audit
+        self._stamp: tuple[int, int, int] | None = None
+        self._loaded = False
+        self.current: Policy = Policy.deny_all("policy not loaded yet")
+        self.check()
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def check(self) -> bool:
+        """Reload if the file changed; True if a reload happened."""
+        stamp = self._file_stamp()
+        if self._loaded and stamp == self._stamp:
+            return False
+        self._loaded, self._stamp = True, stamp
+        try:
+            self.current = read_policy(self.path)
+        except PolicyFileError as e:
+            self.current = Policy.deny_all(f"policy file invalid, blocking everything: {e}")
+            self._audit(
+                AuditRecord("config", "blocked", self.current.deny_reason or "", by="policy")
+            )
+            return True
+        loaded = f"policy loaded ({self.path.name})"
+        self._audit(AuditRecord("config", "allowed", loaded, by="policy"))
+        return True
+
+    async def watch(self, interval: float = 0.25) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.check()

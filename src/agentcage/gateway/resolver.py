@@ -1,0 +1,113 @@
+"""The cage's DNS server. It never forwards a query: no name the agent chooses leaves the gateway.
+
+Allowed names get an A record pointing at the gateway itself (the proxy resolves the real
+upstream later, by itself, only for allowed names); every other name gets the sinkhole address
+198.51.100.1 (or NXDOMAIN), at once. AAAA (IPv6 is off) and other types get an empty answer.
+Every query is audited with its decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+
+from dnslib import QTYPE, RCODE, RR, A, DNSRecord
+
+from agentcage.gateway.audit import AuditRecord
+from agentcage.gateway.settings import SINKHOLE_ADDRESS
+from agentcage.policy import Policy
+
+ANSWER_TTL = 5
+
+
+class CageResolver:
+    def __init__(
+        self,
+        gateway_address: str,
+        policy: Callable[[], Policy],
+        audit: Callable[[AuditRecord], None],
+        blocked_answer: str = "sinkhole",
+    ):
+        self.gateway_address = gateway_address
+        self.policy = policy
+        self.audit = audit
+        self.blocked_answer = blocked_answer
+
+    def answer(self, data: bytes) -> bytes | None:
+        """The reply to one wire-format query (None: drop it, it is not DNS)."""
+        try:
+            query = DNSRecord.parse(data)
+        except Exception:
+            return None
+        reply = query.reply()
+        if len(query.questions) != 1:
+            reply.header.rcode = RCODE.FORMERR
+            return reply.pack()
+        question = query.questions[0]
+        name = str(question.qname).rstrip(".").lower()
+        qtype = QTYPE.get(question.qtype, str(question.qtype))
+        try:
+            verdict = self.policy().decide(name)
+            allowed, reason = verdict.allowed, verdict.reason
+        except Exception as e:  # fail closed
+            allowed, reason = False, f"resolver error: {type(e).__name__}"
+        if allowed:
+            if question.qtype == QTYPE.A:
+                reply.add_answer(RR(question.qname, QTYPE.A, rdata=A(self.gateway_address),
+                                    ttl=ANSWER_TTL))
+        elif self.blocked_answer == "nxdomain":
+            reply.header.rcode = RCODE.NXDOMAIN
+        elif question.qtype == QTYPE.A:
+            reply.add_answer(RR(question.qname, QTYPE.A, rdata=A(SINKHOLE_ADDRESS),
+                                ttl=ANSWER_TTL))
+        self.audit(
+            AuditRecord(
+                "dns",
+                "allowed" if allowed else "blocked",
+                reason,
+                host=name,
+                method=qtype,
+                by="resolver",
+            )
+        )
+        return reply.pack()
+
+
+class _Udp(asyncio.DatagramProtocol):
+    def __init__(self, resolver: CageResolver):
+        self.resolver = resolver
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        reply = self.resolver.answer(data)
+        if reply is not None and self.transport is not None:
+            self.transport.sendto(reply, addr)
+
+
+async def _tcp_client(resolver: CageResolver, reader, writer) -> None:
+    try:
+        while True:
+            async with asyncio.timeout(10):
+                size = struct.unpack("!H", await reader.readexactly(2))[0]
+                data = await reader.readexactly(size)
+            reply = resolver.answer(data)
+            if reply is None:
+                break
+            writer.write(struct.pack("!H", len(reply)) + reply)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def serve(resolver: CageResolver, host: str, port: int):
+    """Start UDP and TCP listeners; returns (udp transport, tcp server)."""
+    loop = asyncio.get_running_loop()
+    udp, _ = await loop.create_datagram_endpoint(lambda: _Udp(resolver), local_addr=(host, port))
+    tcp = await asyncio.start_server(lambda r, w: _tcp_client(resolver, r, w), host, port)
+    return udp, tcp

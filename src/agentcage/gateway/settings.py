@@ -1,0 +1,60 @@
+"""The gateway's settings (gateway.json): written by the backend, read by the gateway process."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+SINKHOLE_ADDRESS = "198.51.100.1"  # RFC 5737 TEST-NET-2: never routed
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    cage_name: str
+    netns: str  # the gateway namespace: entered before any socket is opened
+    cage_iface: str  # the gateway's end of the veth to the cage
+    gateway_address: str  # gateway address on the cage link; allowed names resolve to it
+    cage_network: str  # CIDR of the cage link
+    uplink_iface: str
+    dns_servers: tuple[str, ...]
+    policy_path: str
+    audit_path: str
+    ready_path: str
+    confdir: str  # mitmproxy confdir: the per-cage CA (private key stays here)
+    upstream_ca_path: str  # CA bundle used to verify upstream servers
+    tcp_ports: tuple[int, ...] = (80, 443)
+    transparent_port: int = 8443
+    regular_port: int = 8080
+    dns_port: int = 53
+    trusted_networks: tuple[str, ...] = ()
+    blocked_dns_answer: str = "sinkhole"  # sinkhole | nxdomain
+    rate_per_second: float = 10.0
+    rate_burst: int = 50
+    connect_timeout_seconds: int = 7
+    max_request_body: int = 10 * 1024 * 1024
+    counter_interval_seconds: float = 2.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def proxy_ports(self) -> tuple[int, int]:
+        return (self.transparent_port, self.regular_port)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> GatewaySettings:
+        raw = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = set(raw) - known
+        if unknown:
+            raise ValueError(f"unknown gateway settings: {sorted(unknown)}")
+        for key in ("dns_servers", "tcp_ports", "trusted_networks"):
+            if key in raw:
+                raw[key] = tuple(raw[key])
+        return cls(**raw)
+
+    @classmethod
+    def load(cls, path: Path) -> GatewaySettings:
+        return cls.from_json(Path(path).read_text())

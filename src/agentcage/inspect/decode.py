@@ -1,0 +1,163 @@
+"""Decoded views of request data, so that patterns are matched after every usual encoding.
+
+`views(data)` yields (encoding, bytes) pairs: the raw text, its URL-decoding, its JSON
+unescaping, the decoding of every base64 span (standard and URL-safe, at each of the four
+possible alignments) and hex span, and one more round of URL/JSON decoding inside those. Large
+data is not decoded wholesale: only the windows around long token-shaped runs are, which is
+where every provider key lives, so the work stays proportional to what could be a secret.
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import MappingProxyType
+from urllib.parse import unquote_to_bytes
+
+from agentcage.inspect.b64 import decode_loose
+from agentcage.inspect.runs import ByteClass, ByteIndex
+
+_JSON_ESCAPE = re.compile(rb"\\(u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
+_JSON_SIMPLE = MappingProxyType({
+    b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r",
+    b"t": b"\t",
+})  # fmt: skip
+_URL_ASCII = re.compile(rb"%[2-7][0-9a-fA-F]")
+_JSON_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
+_PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
+_UPPER = bytes(range(ord("A"), ord("Z") + 1))
+_LOWER = bytes(range(ord("a"), ord("z") + 1))
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    small: int = 64 * 1024  # at most this size, views cover all of the data
+    pad: int = 24  # bytes kept around each token run (prefixes like "SG." or "AccountKey=")
+    window: int = 256  # bytes kept around each anchor (PEM headers have spaces)
+    min_base64: int = 24  # shortest base64 span decoded (18 bytes)
+    min_hex: int = 32  # shortest hex span decoded (16 bytes)
+    sample: int = 3 * 1024  # bytes of a large base64 span sampled to find its alignment
+    depth: int = 2  # decodings applied one inside the other (hex of base64 of a key: 2)
+
+
+def json_unescape(data: bytes) -> bytes:
+    def one(m: re.Match[bytes]) -> bytes:
+        code = m.group(1)
+        if code[:1] == b"u":
+            return chr(int(code[1:], 16)).encode("utf-8", "surrogatepass")
+        return _JSON_SIMPLE[code]
+
+    return _JSON_ESCAPE.sub(one, data)
+
+
+def _mixed_case(span: bytes) -> bool:
+    span = span[:1024]  # base64 mixes its alphabet early; a whole-span delete is slow
+    return len(span.translate(None, _UPPER)) < len(span) > len(span.translate(None, _LOWER))
+
+
+def _texty(data: bytes) -> bool:
+    return bool(data) and len(data.translate(None, _PRINTABLE)) <= len(data) // 10
+
+
+def _base64_alignments(span: bytes, urlsafe: bool, limits: DecodeLimits) -> list[int]:
+    """Offsets worth decoding a span at: all four, or for a large span the texty ones."""
+    if len(span) <= limits.small:
+        return [0, 1, 2, 3]
+    chosen = []
+    for offset in range(4):
+        for where in (0, len(span) // 2, len(span) - limits.sample - 8):
+            start = where + (offset - where) % 4
+            if _texty(decode_loose(span[start : start + limits.sample], urlsafe)):
+                chosen.append(offset)
+                break
+    # Random-looking everywhere: no text to find a key in; the entropy inspector judges it.
+    return chosen or [0]
+
+
+def _base64_views(index: ByteIndex, limits: DecodeLimits) -> Iterator[bytes]:
+    for cls in index.base64_classes():
+        urlsafe = cls is ByteClass.B64URL
+        for a, b in index.runs(cls, limits.min_base64):
+            span = index.data[a:b]
+            if not _mixed_case(span):
+                continue  # identifiers like server_connect_error; base64 of anything mixes case
+            if urlsafe and not span.translate(None, ByteClass.ALNUM.value):
+                continue  # only alphanumerics: already decoded as standard base64
+            for offset in _base64_alignments(span, urlsafe, limits):
+                if decoded := index.base64_decoded(a, b, offset, urlsafe):
+                    yield decoded
+
+
+def _hex_views(index: ByteIndex, limits: DecodeLimits) -> Iterator[bytes]:
+    for span in index.spans(ByteClass.HEX, limits.min_hex):
+        for offset in (0, 1):
+            part = span[offset:]
+            try:
+                yield binascii.unhexlify(part[: len(part) - len(part) % 2])
+            except binascii.Error:
+                continue
+
+
+def _anchor_windows(data: bytes, anchors: tuple[bytes, ...], reach: int) -> list[bytes]:
+    pieces = []
+    for anchor in anchors:
+        pos = 0
+        while (at := data.find(anchor, pos)) >= 0:
+            pieces.append(data[max(0, at - reach) : at + len(anchor) + reach])
+            pos = at + len(anchor)
+    return pieces
+
+
+def candidate_text(
+    index: ByteIndex, limits: DecodeLimits, anchors: tuple[bytes, ...] = ()
+) -> bytes:
+    """The parts of the data that could hold a key: all of it when small, else the windows
+    around token runs (plus `window` bytes around each anchor, for PEM headers)."""
+    data = index.data
+    if len(data) <= limits.small or index.fragmented:
+        return data
+    pieces = _anchor_windows(data, anchors, limits.window)
+    pad, last = limits.pad, 0
+    for a, b in index.wide:
+        lo = a - pad if a - pad > last else last  # no overlap: each byte kept once
+        last = b + pad
+        pieces.append(data[lo:last])  # slicing past the end is fine
+    return b"\n".join(pieces)
+
+
+def _escaped_views(text: bytes) -> Iterator[tuple[str, bytes]]:
+    # Only escapes of printable ASCII can hide key characters: "%41", "\u0041" and "\/".
+    # "%s" format strings, "\n" and escaped accents change no token, so they cost nothing.
+    if _URL_ASCII.search(text):
+        yield "url", unquote_to_bytes(text)
+    if b"\\/" in text or _JSON_ASCII.search(text):
+        yield "json", json_unescape(text)
+
+
+def views(
+    data: bytes,
+    limits: DecodeLimits | None = None,
+    anchors: tuple[bytes, ...] = (),
+    index: ByteIndex | None = None,
+    depth: int = 0,
+) -> Iterator[tuple[str, bytes]]:
+    """(encoding, text) pairs to match patterns in; the first is always the raw candidates.
+
+    Decodings nest up to `limits.depth` levels (hex of base64, base64 inside a URL-encoded
+    form...); each level only decodes what the level above found, so nesting stays cheap.
+    """
+    limits = limits or DecodeLimits()
+    index = index if index is not None else ByteIndex(data)
+    text = candidate_text(index, limits, anchors)
+    yield "raw", text
+    if depth >= limits.depth:
+        return
+    inner: list[tuple[str, bytes]] = list(_escaped_views(text))
+    for name, produce in (("base64", _base64_views), ("hex", _hex_views)):
+        if decoded := b"\n".join(produce(index, limits)):
+            inner.append((name, decoded))
+    for name, decoded in inner:
+        for enc, view in views(decoded, limits, anchors, None, depth + 1):
+            yield (name if enc == "raw" else f"{name}+{enc}"), view

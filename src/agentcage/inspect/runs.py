@@ -1,0 +1,201 @@
+"""Long runs of one byte class (alphanumerics, hex, base64) found at C speed.
+
+A regex like `[0-9a-f]{256,}` is slow on base64 text: it starts a match at every hex character.
+Instead the data is mapped to 0/1 once (`bytes.translate`) and a needle of `min_len` ones is
+searched with `bytes.find`, which skips ahead by the needle's length on a mismatch. Python only
+loops once per run found, so `limit` caps that and reports "too many" as None.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from agentcage.inspect.b64 import decode_loose
+
+_DIGITS = b"0123456789"
+_LOWER = b"abcdefghijklmnopqrstuvwxyz"
+_UPPER = _LOWER.upper()
+# Every class below is a subset of this one, so every long run of any class lies inside a long
+# run of this one: ByteIndex finds these once, then looks for the narrower classes inside them.
+# '%' and '\\' belong too, so a key written as %XX or \\u00XX escapes is still one long run.
+_WIDE = _DIGITS + _LOWER + _UPPER + b"+/-_%\\"
+WIDE_MIN = 20
+WIDE_LIMIT = 4096  # or one run per 512 bytes of data, whichever is more
+
+
+def _table(chars: bytes) -> bytes:
+    return bytes(1 if b in chars else 0 for b in range(256))
+
+
+_WIDE_TABLE = _table(_WIDE)
+
+
+@dataclass(frozen=True, eq=False)  # identity hashing: classes are dict keys on hot paths
+class CharClass:
+    name: str
+    value: bytes
+    table: bytes = field(init=False, repr=False)
+    in_wide: bool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table", _table(self.value))
+        object.__setattr__(self, "in_wide", set(self.value) <= set(_WIDE))
+
+
+class ByteClass:
+    """The classes in use (a namespace; `ALL` lists them)."""
+
+    ALNUM = CharClass("alnum", _DIGITS + _LOWER + _UPPER)
+    HEX = CharClass("hex", _DIGITS + b"abcdefABCDEF")
+    B64STD = CharClass("base64", _DIGITS + _LOWER + _UPPER + b"+/")
+    B64URL = CharClass("base64url", _DIGITS + _LOWER + _UPPER + b"-_")
+    ALL = (ALNUM, HEX, B64STD, B64URL)
+
+
+def marks(data: bytes, cls: CharClass) -> bytes:
+    """`data` with every byte of `cls` as 0x01 and every other byte as 0x00."""
+    return data.translate(cls.table)
+
+
+def runs(
+    data: bytes, cls: CharClass, min_len: int, limit: int | None = None
+) -> list[tuple[int, int]] | None:
+    """(start, end) of each maximal run of `cls` at least `min_len` long; None past `limit`."""
+    return runs_in_marks(marks(data, cls), min_len, limit)
+
+
+def runs_in_marks(
+    marked: bytes, min_len: int, limit: int | None = None
+) -> list[tuple[int, int]] | None:
+    """Like `runs`, over data already mapped by `marks` (or any 0/1 map)."""
+    needle = b"\x01" * min_len
+    found: list[tuple[int, int]] = []
+    pos = 0
+    while (start := marked.find(needle, pos)) >= 0:
+        end = marked.find(b"\x00", start + min_len)
+        if end < 0:
+            end = len(marked)
+        found.append((start, end))
+        if limit is not None and len(found) > limit:
+            return None
+        pos = end
+    return found
+
+
+class ByteIndex:
+    """Runs of every class in one piece of data, computed once and shared by the inspectors.
+
+    Long runs of the widest class are found over the whole data; the narrower classes are
+    searched only inside those (joined), which for text is a small fraction of the bytes.
+    """
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self._memo: dict[tuple[CharClass, int], list[tuple[int, int]]] = {}
+        self._marks: dict[CharClass, bytes] = {}  # of the joined wide runs, one per class
+        self._decoded: dict[tuple[int, int, int, bool], bytes] = {}
+        self._built = False  # the wide runs are found on first use: many indexes go unused
+        self._fragmented = False
+        self._wide: list[tuple[int, int]] = []
+        self._joined = b""
+        self._starts: list[int] = []
+        self._b64_classes: tuple[CharClass, ...] | None = None
+
+    def _build(self) -> None:
+        data = self.data
+        marked = data.translate(_WIDE_TABLE)
+        wide: list[tuple[int, int]] = []
+        pos = 0
+        needle = b"\x01" * WIDE_MIN
+        while (start := marked.find(needle, pos)) >= 0:
+            end = marked.find(b"\x00", start + WIDE_MIN)
+            end = len(marked) if end < 0 else end
+            wide.append((start, end))
+            if len(wide) > max(WIDE_LIMIT, len(data) // 512):
+                wide, self._fragmented = [(0, len(data))], True
+                break
+            pos = end
+        self._wide = wide
+        self._joined = b"\x00".join(data[a:b] for a, b in wide)
+        # Offset in `_joined` of each wide run, to map positions back to `data`.
+        offset = 0
+        for a, b in wide:
+            self._starts.append(offset)
+            offset += b - a + 1
+        self._built = True
+
+    @property
+    def fragmented(self) -> bool:
+        """True when there were too many runs and `wide` is the whole data instead."""
+        if not self._built:
+            self._build()
+        return self._fragmented
+
+    @property
+    def wide(self) -> list[tuple[int, int]]:
+        """Runs of base64/token characters at least WIDE_MIN long: where keys can be."""
+        if not self._built:
+            self._build()
+        return self._wide
+
+    def runs(self, cls: CharClass, min_len: int) -> list[tuple[int, int]]:
+        """(start, end) in `data` of every maximal run of `cls` at least `min_len` long."""
+        key = (cls, min_len)
+        if not self._built:
+            self._build()
+        if key not in self._memo:
+            if min_len < WIDE_MIN or not cls.in_wide:
+                self._memo[key] = runs(self.data, cls, min_len) or []
+            else:
+                if cls not in self._marks:
+                    self._marks[cls] = marks(self._joined, cls)
+                found = runs_in_marks(self._marks[cls], min_len) or []
+                self._memo[key] = [self._to_data(a, b) for a, b in found]
+        return self._memo[key]
+
+    def base64_decoded(self, start: int, end: int, offset: int, urlsafe: bool) -> bytes:
+        """data[start + offset:end] base64-decoded (memoised: several inspectors ask)."""
+        key = (start, end, offset, urlsafe)
+        if key not in self._decoded:
+            self._decoded[key] = decode_loose(self.data[start + offset : end], urlsafe)
+        return self._decoded[key]
+
+    def base64_classes(self) -> tuple[CharClass, ...]:
+        """The base64 alphabets worth searching: URL-safe only if '-' or '_' occurs at all
+        (otherwise its runs are alphanumeric pieces of the standard runs, and many)."""
+        if self._b64_classes is None:
+            if not self._built:
+                self._build()
+            urlsafe = b"-" in self._joined or b"_" in self._joined
+            self._b64_classes = (
+                (ByteClass.B64STD, ByteClass.B64URL) if urlsafe else (ByteClass.B64STD,)
+            )
+        return self._b64_classes
+
+    def spans(self, cls: CharClass, min_len: int) -> list[bytes]:
+        return [self.data[a:b] for a, b in self.runs(cls, min_len)]
+
+    def _to_data(self, a: int, b: int) -> tuple[int, int]:
+        i = bisect.bisect_right(self._starts, a) - 1
+        base = self._wide[i][0] - self._starts[i]
+        return a + base, b + base
+
+
+class IndexCache:
+    """Hands every inspector of one request the same ByteIndex for the same body object.
+
+    Holds only the latest (data, index) pair, swapped in one assignment, so concurrent requests
+    at worst recompute; identity (`is`), not equality, decides a hit.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[bytes, ByteIndex] | None = None
+
+    def index(self, data: bytes) -> ByteIndex:
+        last = self._last
+        if last is not None and last[0] is data:
+            return last[1]
+        made = ByteIndex(data)
+        self._last = (data, made)
+        return made

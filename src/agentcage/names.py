@@ -1,0 +1,5 @@
+"""The syntax of a cage name (shared by cage.yaml, the state directory and the CLI)."""
+
+import re
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")

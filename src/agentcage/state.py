@@ -1,0 +1,138 @@
+"""Per-cage state on disk: `$AGENTCAGE_HOME/cages/<name>/` (default ~/.config/agentcage).
+
+Directories are 0700 and files 0600; every write is atomic (temporary file + fsync + rename),
+so the gateway never reads half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentcage.errors import StateError
+from agentcage.names import NAME_RE
+
+HOME_ENV = "AGENTCAGE_HOME"
+
+
+def state_root() -> Path:
+    override = os.environ.get(HOME_ENV)
+    if override:
+        return Path(override)
+    return Path.home() / ".config" / "agentcage"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` in one step; readers see the old or the new file, never a mix."""
+    payload = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def write_json(path: Path, value: Any) -> None:
+    atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StateError(f"{path} is missing; the cage state is incomplete") from None
+    except (OSError, ValueError) as e:
+        raise StateError(f"{path} is unreadable ({e}); destroy and recreate the cage") from None
+
+
+@dataclass(frozen=True)
+class CageDir:
+    """The files of one cage. Only paths here; reading and writing is done by the services."""
+
+    root: Path
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    config = property(lambda self: self.root / "cage.yaml")
+    runtime = property(lambda self: self.root / "runtime.json")
+    policy = property(lambda self: self.root / "domains.json")
+    gateway_settings = property(lambda self: self.root / "gateway.json")
+    gateway_log = property(lambda self: self.root / "gateway.log")
+    gateway_ready = property(lambda self: self.root / "gateway.ready")
+    audit = property(lambda self: self.root / "audit.jsonl")
+    workload_log = property(lambda self: self.root / "workload.log")
+    ca_dir = property(lambda self: self.root / "ca")
+    ca_cert = property(lambda self: self.root / "ca" / "mitmproxy-ca-cert.pem")
+    upstream_ca = property(lambda self: self.root / "upstream-ca.pem")
+    cage_bundle = property(lambda self: self.root / "cage-ca-bundle.pem")
+
+    def exists(self) -> bool:
+        return self.config.exists()
+
+
+class StateStore:
+    """All cages under one root."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = root or state_root()
+
+    @property
+    def cages_dir(self) -> Path:
+        return self.root / "cages"
+
+    def cage(self, name: str) -> CageDir:
+        if not NAME_RE.match(name):
+            raise StateError(f"cage name {name!r} is invalid; use a-z, 0-9 and '-'")
+        return CageDir(self.cages_dir / name)
+
+    def create(self, name: str) -> CageDir:
+        ensure_private_dir(self.root)
+        ensure_private_dir(self.cages_dir)
+        cage = self.cage(name)
+        ensure_private_dir(cage.root)
+        return cage
+
+    def names(self) -> list[str]:
+        if not self.cages_dir.is_dir():
+            return []
+        # a cage whose `run` was killed before it wrote cage.yaml still shows (for prune)
+        markers = ("cage.yaml", "runtime.json", "owner.pid")
+        return sorted(p.name for p in self.cages_dir.iterdir()
+                      if any((p / m).exists() for m in markers))
+
+    def remove(self, name: str) -> None:
+        shutil.rmtree(self.cage(name).root, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Serialise address allocation and namespace creation between CLI processes."""
+        ensure_private_dir(self.root)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)

@@ -1,0 +1,130 @@
+"""Shared fixtures: one fake internet per session, cages built in it, cleaned up on failure too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentcage.backends import host
+from agentcage.backends.namespace import NamespaceBackend
+from agentcage.cages import CageService
+from agentcage.config.load import load_config_text
+from agentcage.state import StateStore
+
+AGENT_UID = 1000  # a real unprivileged host uid (cloudsdk on this machine)
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+
+
+@pytest.fixture(scope="session")
+def net():
+    needs_root()
+    from fakenet import FakeInternet
+
+    with FakeInternet(catch_all=False) as internet:
+        yield internet
+
+
+def make_project(root: Path, *, hooks: bool = True, claude: bool = True) -> Path:
+    project = root / "project"
+    project.mkdir(parents=True)
+    (project / "README").write_text("hello\n")
+    if hooks:
+        (project / ".git" / "hooks").mkdir(parents=True)
+        (project / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\necho host hook\n")
+        (project / ".git" / "config").write_text("[core]\n\tbare = false\n")
+    if claude:
+        (project / ".claude").mkdir()
+        (project / ".claude" / "settings.json").write_text("{}\n")
+    for dirpath, _dirs, filenames in os.walk(project):
+        os.chown(dirpath, AGENT_UID, AGENT_UID)
+        for f in filenames:
+            os.chown(os.path.join(dirpath, f), AGENT_UID, AGENT_UID)
+    os.chmod(root, 0o755)
+    return project
+
+
+def cage_yaml(net, name: str, allow: list[str], *, trusted: str = "10.200.0.0/16",
+              extra: str = "") -> str:
+    allow_list = ", ".join(allow)
+    return f"""
+name: {name}
+domains: {{mode: allowlist, allow: [{allow_list}]}}
+dns_servers: [{net.dns_address}]
+gateway:
+  uplink: "netns:{net.netns}"
+  trusted_networks: [{trusted}]
+  upstream_ca_files: ["{net.ca_cert_path}"]
+{extra}
+"""
+
+
+class CageHandle:
+    """A running cage for tests: run shell snippets inside it and read its audit log."""
+
+    def __init__(self, service: CageService, name: str, project: Path, net):
+        self.service, self.name, self.project, self.net = service, name, project, net
+        self.cage = service.store.cage(name)
+
+    @property
+    def runtime(self) -> dict:
+        return self.service.backend.runtime(self.cage)
+
+    @property
+    def gateway_address(self) -> str:
+        from agentcage.backends.netplan import NetPlan
+
+        return NetPlan.from_dict(self.runtime["plan"]).gateway_address
+
+    def sh(self, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run `sh -c script` in the cage with captured output."""
+        return self.service.exec_capture(self.name, ["/bin/sh", "-c", script], timeout=timeout)
+
+    def audit(self) -> list[dict]:
+        return self.service.audit(self.name)
+
+
+def start_cage(net, name: str, allow: list[str], *, attach: bool = True,
+               gateway_env: dict[str, str] | None = None, **kw) -> Iterator[CageHandle]:
+    tmp = Path(tempfile.mkdtemp(prefix="agentcage-test-"))  # /tmp: reachable by the agent uid
+    os.chmod(tmp, 0o755)
+    store = StateStore(tmp / "home")
+    attacher = (lambda ns: net.attach(ns, ipv6=False).interface) if attach else None
+    backend = NamespaceBackend(store, attach_uplink=attacher, gateway_env=gateway_env)
+    service = CageService(store, backend)
+    project = make_project(tmp / "work")
+    config = load_config_text(cage_yaml(net, name, allow, **kw))
+    try:
+        service.create(config, project)
+        yield CageHandle(service, name, project, net)
+    finally:
+        runtime = backend.runtime(store.cage(name)) if store.cage(name).root.exists() else {}
+        if store.cage(name).root.exists():
+            service.destroy(name)
+        shutil.rmtree(tmp, ignore_errors=True)
+        assert_gone(runtime)
+
+
+def assert_gone(runtime: dict) -> None:
+    """Nothing of a destroyed cage is left: namespaces, processes."""
+    plan = runtime.get("plan")
+    if not plan:
+        return
+    suffix = plan["suffix"]
+    leftovers = [n for n in os.listdir("/run/netns") if suffix in n]
+    assert leftovers == [], f"namespaces left behind: {leftovers}"
+    mounts = [line for line in Path("/proc/self/mounts").read_text().splitlines()
+              if suffix in line]
+    assert mounts == [], f"mounts left behind: {mounts}"
+    pid = runtime.get("gateway_pid")
+    if pid:
+        assert not host.alive(int(pid)), "gateway process left behind"

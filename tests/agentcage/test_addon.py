@@ -1,0 +1,289 @@
+"""The mitmproxy addon, driven with mitmproxy's own test flows: decisions, retarget, fail closed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mitmproxy import connection, http
+from mitmproxy.proxy import server_hooks
+from mitmproxy.proxy.mode_specs import ProxyMode
+from mitmproxy.test import taddons, tflow, tutils
+
+from agentcage.gateway.addon import CageAddon, split_host_header
+from agentcage.gateway.audit import AuditRecord
+from agentcage.gateway.inspectors import Decision, DomainInspector, build_chain, run_chain
+from agentcage.gateway.ratelimit import HostRateLimiter
+from agentcage.policy import Policy, compile_document, document_from_domains
+
+POLICY = compile_document(
+    document_from_domains("allowlist", ["api.example.test", "*.allowed.example.test"], [])
+)
+
+
+class Harness:
+    def __init__(self, policy: Policy = POLICY, rate=(1000.0, 1000), chain=None):
+        self.records: list[AuditRecord] = []
+        self.policy = policy
+        self.addon = CageAddon(
+            policy=lambda: self.policy,
+            audit=self.records.append,
+            chain=chain if chain is not None else build_chain(),
+            tcp_ports=(80, 443),
+            limiter=HostRateLimiter(*rate),
+        )
+
+
+def flow(host="10.200.128.1", port=443, *, sni=None, header=None, mode="transparent",
+         scheme="https", method="GET", path="/x"):
+    headers = http.Headers()
+    if header is not None:
+        headers["Host"] = header
+    req = tutils.treq(host=host, port=port, scheme=scheme.encode(), method=method.encode(),
+                      path=path.encode(), headers=headers, content=b"")
+    f = tflow.tflow(req=req)
+    f.client_conn.sni = sni
+    f.client_conn.proxy_mode = ProxyMode.parse(mode)
+    return f
+
+
+def blocked_body(f) -> dict:
+    assert f.response is not None
+    return json.loads(f.response.content)
+
+
+@pytest.fixture
+def h():
+    with taddons.context():
+        yield Harness()
+
+
+def test_allowed_transparent_request_is_retargeted_by_name(h):
+    f = flow(sni="api.example.test", header="api.example.test")
+    h.addon.requestheaders(f)
+    assert f.response is None
+    assert f.request.host == "api.example.test"
+    assert h.records == []  # nothing is audited as allowed before upstream answers
+    f.response = tutils.tresp()
+    h.addon.response(f)
+    assert [(r.decision, r.host, r.status) for r in h.records] == [
+        ("allowed", "api.example.test", 200)]
+    h.addon.response(f)
+    assert len(h.records) == 1  # exactly one record per request
+
+
+CASES = [
+    # (kwargs, status, by, reason fragment)
+    (dict(sni="blocked.example.test", header="blocked.example.test"), 403, "domain",
+     "not in allowlist"),
+    (dict(sni="api.example.test", header="blocked.example.test"), 403, "identity", "SNI"),
+    (dict(sni=None, header="api.example.test:8443", port=443), 403, "identity", "port"),
+    (dict(sni=None, header=None), 403, "identity", "no SNI"),
+    (dict(sni=None, header="10.200.254.21"), 403, "domain", "IP literal"),
+    (dict(sni=None, header="169-254-169-254.nip.io", port=80, scheme="http"), 403, "domain",
+     "private address"),
+    (dict(sni="api.example.test", header="api.example.test", port=8443), 403, "ports",
+     "port 8443"),
+    (dict(host="evil.example.test", header="api.example.test", mode="regular", sni=None,
+          port=80, scheme="http"), 403, "identity", "Host header"),
+    (dict(host="a.allowed.example.test", header="a.allowed.example.test", mode="regular",
+          sni="b.allowed.example.test"), 403, "identity", "SNI"),
+]
+
+
+@pytest.mark.parametrize(("kw", "status", "by", "reason"), CASES)
+def test_refusals(h, kw, status, by, reason):
+    f = flow(**kw)
+    h.addon.requestheaders(f)
+    body = blocked_body(f)
+    assert f.response.status_code == status
+    assert body["blocked"] is True and body["by"] == by and reason in body["reason"]
+    assert [r.decision for r in h.records] == ["blocked"]
+    assert f.request.host == kw.get("host", "10.200.128.1")  # not retargeted
+
+
+def test_regular_mode_allowed(h):
+    f = flow(host="x.allowed.example.test", header="x.allowed.example.test", mode="regular",
+             sni="x.allowed.example.test")
+    h.addon.requestheaders(f)
+    assert f.response is None
+
+
+def test_rate_limit_gives_429():
+    with taddons.context():
+        h = Harness(rate=(0.001, 2))
+        codes = []
+        for _ in range(3):
+            f = flow(sni="api.example.test", header="api.example.test")
+            h.addon.requestheaders(f)
+            codes.append(f.response.status_code if f.response else 200)
+        assert codes == [200, 200, 429]
+
+
+def test_connect_to_port_22_and_ip_literals_refused(h):
+    for host, port in (("api.example.test", 22), ("10.200.254.21", 443),
+                       ("blocked.example.test", 443)):
+        f = flow(host=host, port=port, method="CONNECT", mode="regular", sni=None)
+        h.addon.http_connect(f)
+        assert f.response.status_code == 403, (host, port)
+    ok = flow(host="api.example.test", port=443, method="CONNECT", mode="regular", sni=None)
+    h.addon.http_connect(ok)
+    assert ok.response is None
+
+
+def server_data(host, port, via=None):
+    server = connection.Server(address=(host, port))
+    server.via = via
+    return server_hooks.ServerConnectionHookData(server=server, client=tflow.tclient_conn())
+
+
+@pytest.mark.parametrize(("host", "port", "allowed"), [
+    ("api.example.test", 443, True), ("api.example.test", 22, False),
+    ("10.200.254.21", 443, False), ("blocked.example.test", 443, False),
+    ("10.200.128.1", 8080, False),
+])
+def test_server_connect_gate(h, host, port, allowed):
+    data = server_data(host, port)
+    h.addon.server_connect(data)
+    assert (data.server.error is None) is allowed
+    if not allowed:
+        assert h.records[-1].direction == "upstream" and h.records[-1].decision == "blocked"
+
+
+def test_upstream_error_is_blocked_never_allowed(h):
+    f = flow(sni="api.example.test", header="api.example.test")
+    h.addon.requestheaders(f)
+    f.error = tflow.terr()
+    h.addon.error(f)
+    h.addon.response(f)
+    assert [r.decision for r in h.records] == ["blocked"]
+    assert "upstream error" in h.records[0].reason
+
+
+def test_raw_tcp_is_killed(h):
+    f = tflow.ttcpflow()
+    h.addon.tcp_start(f)
+    assert f.killable is False or f.error is not None or not f.live
+    assert h.records[-1].decision == "blocked"
+
+
+# ---- fail closed: every hook, made to raise -----------------------------------------------
+
+class Boom(Exception):
+    pass
+
+
+def exploding_policy():
+    raise Boom("policy exploded")
+
+
+@pytest.mark.parametrize("hook", ["requestheaders", "http_connect", "request", "response"])
+def test_every_flow_hook_fails_closed(hook):
+    with taddons.context():
+        h = Harness()
+        connect = hook == "http_connect"
+        f = flow(sni="api.example.test", header="api.example.test",
+                 method="CONNECT" if connect else "GET", mode="regular" if connect else
+                 "transparent", host="api.example.test" if connect else "10.200.128.1")
+        if hook in ("request", "response"):
+            h.addon.requestheaders(f)  # legitimately allowed first
+            assert f.response is None
+        if hook == "response":
+            f.response = tutils.tresp()
+            f.metadata["agentcage.decisions"] = object()  # reading the verdicts raises
+        h.addon.policy = exploding_policy  # requestheaders, http_connect
+
+        def explode(*a, **k):
+            raise Boom("inspector stage exploded")
+
+        h.addon._inspect = explode  # request
+        getattr(h.addon, hook)(f)
+        assert f.response is not None and f.response.status_code == 403, hook
+        assert blocked_body(f)["by"] == "fail-closed"
+        assert h.records and h.records[-1].decision == "blocked"
+        assert "internal error" in h.records[-1].reason
+
+
+def test_server_connect_fails_closed():
+    with taddons.context():
+        h = Harness()
+        h.addon.policy = exploding_policy
+        data = server_data("api.example.test", 443)
+        h.addon.server_connect(data)
+        assert data.server.error and "internal error" in data.server.error
+        assert h.records[-1].decision == "blocked"
+
+
+def test_inspector_that_raises_blocks():
+    class Broken:
+        name, phase = "broken", "headers"
+
+        def inspect(self, request, ctx):
+            raise RuntimeError("nope")
+
+    with taddons.context():
+        h = Harness(chain=(DomainInspector(), Broken()))
+        f = flow(sni="api.example.test", header="api.example.test")
+        h.addon.requestheaders(f)
+        body = blocked_body(f)
+        assert body["by"] == "broken" and "inspector error" in body["reason"]
+
+
+def test_chain_first_block_wins_and_stops():
+    calls = []
+
+    class Rec:
+        phase = "headers"
+
+        def __init__(self, name, action):
+            self.name, self.action = name, action
+
+        def inspect(self, request, ctx):
+            calls.append(self.name)
+            return Decision(self.action, "r", self.name)
+
+    chain = (Rec("a", "flag"), Rec("b", "block"), Rec("c", "allow"))
+    result = run_chain(chain, "headers", None, None)  # type: ignore[arg-type]
+    assert calls == ["a", "b"] and result.blocked_by.inspector == "b" and result.flagged
+
+
+def test_deny_all_policy_blocks():
+    with taddons.context():
+        h = Harness(policy=Policy.deny_all("policy file invalid"))
+        f = flow(sni="api.example.test", header="api.example.test")
+        h.addon.requestheaders(f)
+        assert blocked_body(f)["reason"] == "policy file invalid"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("api.example.test", ("api.example.test", None)), ("API.example.test.:443",
+                                                        ("api.example.test", 443)),
+    ("[2001:db8::1]:8080", ("2001:db8::1", 8080)), ("x:abc", ("x", -1)), (None, (None, None)),
+])
+def test_split_host_header(value, expected):
+    assert split_host_header(value) == expected
+
+
+def test_audit_only_hooks_fail_closed_too():
+    with taddons.context():
+        h = Harness()
+        f = flow(sni="api.example.test", header="api.example.test")
+        h.addon.requestheaders(f)
+        f.error = tflow.terr()
+        original = h.addon._record
+        calls = []
+
+        def record_fails_once(*a, **k):
+            calls.append(1)
+            if len(calls) == 1:
+                raise Boom("audit exploded")
+            return original(*a, **k)
+
+        h.addon._record = record_fails_once
+        h.addon.error(f)
+        assert [r.decision for r in h.records] == ["blocked"]
+        assert "internal error in error" in h.records[0].reason
+        data = server_data("api.example.test", 443)
+        data.server.error = "connection refused"
+        h.addon.audit = lambda rec: (_ for _ in ()).throw(Boom("disk full"))
+        h.addon.server_connect_error(data)  # must not raise into mitmproxy

@@ -1,0 +1,279 @@
+"""The `agentcage` command, run as a real subprocess: exit codes, one-line errors, lifecycles."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agentcage.conftest import cage_yaml, make_project
+
+AGENTCAGE = [sys.executable, "-m", "agentcage.cli"]
+
+
+@pytest.fixture
+def home(tmp_path):
+    root = Path(tempfile.mkdtemp(prefix="agentcage-cli-"))
+    os.chmod(root, 0o755)
+    yield root
+    # whatever a test left: destroy it through the CLI, then check nothing remains
+    env = {**os.environ, "AGENTCAGE_HOME": str(root / "home")}
+    cages = root / "home" / "cages"
+    if cages.exists():
+        for name in os.listdir(cages):
+            subprocess.run([*AGENTCAGE, "destroy", name], env=env, capture_output=True, timeout=60)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def agentcage(home: Path, *args: str, timeout: float = 90, cwd: Path | None = None):
+    env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+    return subprocess.run([*AGENTCAGE, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd or home, stdin=subprocess.DEVNULL)
+
+
+def our_namespaces() -> set[str]:
+    return {n for n in os.listdir("/run/netns") if n.startswith("agc-")} if os.path.isdir(
+        "/run/netns") else set()
+
+
+def our_mounts() -> set[str]:
+    return {line for line in Path("/proc/self/mounts").read_text().splitlines() if "agc-" in line}
+
+
+def test_version_and_help(home):
+    r = agentcage(home, "--version")
+    assert r.returncode == 0 and "agentcage" in r.stdout
+    assert agentcage(home, "--help").returncode == 0
+
+
+def test_bad_input_is_one_line_exit_1(home):
+    (home / "bad.yaml").write_text("name: Bad_Name\nfoo: 1\n")
+    r = agentcage(home, "cage", "create", "-c", str(home / "bad.yaml"))
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("error: ") for line in lines)
+    assert "name = 'Bad_Name'" in r.stderr and "foo = 1: unknown key" in r.stderr
+    for args in (("exec", "nope", "--", "true"), ("domain", "add", "nope", "a.example.test"),
+                 ("no-such-command",), ("cage", "create")):
+        r = agentcage(home, *args)
+        assert r.returncode == 1, args
+        assert "Traceback" not in r.stderr and r.stderr.startswith("error: "), (args, r.stderr)
+
+
+def test_run_without_dns_servers_refuses_before_building_anything(home):
+    before = our_namespaces()
+    r = agentcage(home, "run", "minimal", "--project", str(home), "--", "true")
+    assert r.returncode == 1 and "dns_servers" in r.stderr and "Traceback" not in r.stderr
+    assert our_namespaces() == before
+    cages = home / "home" / "cages"
+    assert not cages.exists() or not any(cages.iterdir())
+
+
+def test_init_writes_a_valid_commented_scaffold(home):
+    r = agentcage(home, "init", "my-cage", "--scaffold", "claude-code", "-o", "c.yaml")
+    assert r.returncode == 0, r.stderr
+    text = (home / "c.yaml").read_text()
+    assert "name: my-cage" in text and "#" in text
+    assert agentcage(home, "scaffold", "list").stdout.split() == ["claude-code", "codex",
+                                                                  "minimal"]
+    assert "scaffold: codex" in agentcage(home, "scaffold", "show", "codex").stdout
+    again = agentcage(home, "init", "my-cage", "-o", "c.yaml")
+    assert again.returncode == 1 and "--force" in again.stderr
+    assert agentcage(home, "init", "x", "--scaffold", "nope", "-o", "d.yaml").returncode == 1
+
+
+def test_doctor_passes_here(home):
+    r = agentcage(home, "doctor")
+    assert r.returncode == 0, r.stdout
+    assert "FAIL" not in r.stdout and "bwrap" in r.stdout
+
+
+@pytest.mark.netns
+def test_persistent_cage_lifecycle(home, net):
+    project = make_project(home / "work")
+    config = home / "cage.yaml"
+    config.write_text(cage_yaml(net, "life", ["allowed.example.test"]))
+    before = our_namespaces()
+    mounts_before = our_mounts()
+    host_tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
+    assert r.returncode == 0, r.stderr
+    try:
+        assert "life" in agentcage(home, "ls").stdout
+        # the gateway's rules live in its own namespace, never in the host's
+        assert subprocess.run(["nft", "list", "tables"], capture_output=True,
+                              text=True).stdout == host_tables
+        r = agentcage(home, "exec", "life", "--", "curl", "-sS", "-m", "8", "-o", "/dev/null",
+                      "-w", "%{http_code}", "https://allowed.example.test/")
+        assert (r.returncode, r.stdout) == (0, "200"), r.stderr
+        r = agentcage(home, "exec", "life", "--", "curl", "-sS", "-m", "8", "-o", "/dev/null",
+                      "-w", "%{http_code}", "--noproxy", "*", "https://pypi.org/")
+        assert r.stdout == "403"
+        assert agentcage(home, "domain", "add", "life", "pypi.org", "--expires-in", "1h"
+                         ).returncode == 0
+        listing = agentcage(home, "domain", "list", "life").stdout
+        assert "pypi.org" in listing and "allowlist" in listing
+        r = agentcage(home, "exec", "life", "--", "curl", "-sS", "-m", "8", "-o", "/dev/null",
+                      "-w", "%{http_code}", "--noproxy", "*", "https://pypi.org/")
+        assert r.stdout == "200"
+        assert agentcage(home, "domain", "add", "life", "*.com").returncode == 1
+        assert agentcage(home, "exec", "life", "--", "sh", "-c", "exit 7").returncode == 7
+        logs = agentcage(home, "logs", "life", "--decision", "blocked").stdout
+        assert "pypi.org" in logs and "allowed.example.test" not in logs
+        summary = agentcage(home, "logs", "life", "--summary").stdout
+        assert "outbound: allowed" in summary and "blocked 1x  outbound pypi.org" in summary
+        assert agentcage(home, "stop", "life").returncode == 0
+        assert our_namespaces() == before
+        assert agentcage(home, "exec", "life", "--", "true").returncode == 1
+        assert agentcage(home, "start", "life").returncode == 0
+        assert agentcage(home, "restart", "life").returncode == 0
+        assert agentcage(home, "exec", "life", "--", "true").returncode == 0
+        follow = subprocess.Popen([*AGENTCAGE, "logs", "life", "-f"], stdout=subprocess.PIPE,
+                                  text=True, env={**os.environ,
+                                                  "AGENTCAGE_HOME": str(home / "home")})
+        try:
+            agentcage(home, "exec", "life", "--", "curl", "-sS", "-m", "8", "-o", "/dev/null",
+                      "--noproxy", "*", "https://allowed.example.test/followed")
+            deadline = time.monotonic() + 10
+            seen = ""
+            while time.monotonic() < deadline and "/followed" not in seen:
+                ready, _, _ = select.select([follow.stdout], [], [], 0.5)
+                if ready:  # raw reads: a buffered readline would hide lines from select
+                    seen += os.read(follow.stdout.fileno(), 65536).decode()
+            assert "/followed" in seen
+        finally:
+            follow.kill()
+            follow.wait()
+    finally:
+        r = agentcage(home, "destroy", "life", "-y")
+    assert r.returncode == 0, r.stderr
+    assert our_namespaces() == before
+    assert our_mounts() == mounts_before
+    assert not (home / "home" / "cages" / "life").exists()
+    links = subprocess.run(["ip", "-n", net.netns, "-o", "link"], capture_output=True,
+                           text=True).stdout
+    assert "agc" not in links  # the uplink veth in the internet namespace is gone too
+
+
+@pytest.mark.netns
+def test_service_cage_runs_its_command_until_stopped(home, net):
+    project = make_project(home / "work")
+    config = home / "svc.yaml"
+    config.write_text(cage_yaml(net, "svc", ["allowed.example.test"]).replace(
+        "name: svc", "name: svc\nlifecycle: service\ncontainer:\n  command: [sh, -c, "
+        "'curl -sS -m 8 -o /dev/null -w \"%{http_code}\\n\" https://allowed.example.test/; "
+        "exec sleep 61.5']"))
+    r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
+    assert r.returncode == 0, r.stderr
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and "200" not in agentcage(
+                home, "logs", "svc", "--workload").stdout:
+            time.sleep(0.2)
+        assert agentcage(home, "logs", "svc", "--workload").stdout.strip() == "200"
+        assert "sleep\x0061.5\x00" in _cmdlines()
+        assert agentcage(home, "stop", "svc").returncode == 0
+        assert "sleep\x0061.5\x00" not in _cmdlines()
+    finally:
+        assert agentcage(home, "destroy", "svc").returncode == 0
+
+
+@pytest.mark.netns
+def test_prune_removes_a_cage_whose_gateway_died_and_keeps_a_live_one(home, net):
+    project = make_project(home / "work")
+    before = our_namespaces()
+    for name in ("dead", "alive"):
+        config = home / f"{name}.yaml"
+        config.write_text(cage_yaml(net, name, ["allowed.example.test"]))
+        r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
+        assert r.returncode == 0, r.stderr
+    import json
+
+    runtime = json.loads((home / "home" / "cages" / "dead" / "runtime.json").read_text())
+    os.kill(runtime["gateway_pid"], signal.SIGKILL)
+    time.sleep(0.3)
+    assert "broken" in agentcage(home, "ls").stdout
+    r = agentcage(home, "prune", "-y")
+    assert r.returncode == 0 and "dead" in r.stdout and "alive" not in r.stdout
+    assert not any(runtime["plan"]["suffix"] in n for n in our_namespaces())
+    assert agentcage(home, "exec", "alive", "--", "true").returncode == 0
+    assert agentcage(home, "destroy", "alive").returncode == 0
+    assert our_namespaces() == before
+
+
+def run_args(net) -> list[str]:
+    return ["--uplink", f"netns:{net.netns}", "--dns", net.dns_address,
+            "--trust-network", "10.200.0.0/16", "--upstream-ca", str(net.ca_cert_path),
+            "--allow", "allowed.example.test"]
+
+
+@pytest.mark.netns
+def test_ephemeral_run_leaves_nothing(home, net):
+    project = make_project(home / "work")
+    before = our_namespaces()
+    r = agentcage(home, "run", "minimal", "--project", str(project), *run_args(net), "--",
+                  "sh", "-c", "curl -sS -m 8 -o /dev/null -w '%{http_code}' "
+                              "https://allowed.example.test/ && exit 3")
+    assert r.returncode == 3 and r.stdout == "200", r.stderr
+    assert our_namespaces() == before
+    assert list((home / "home" / "cages").iterdir()) == []
+    assert not any(str(home) in p and "agentcage.gateway" in p for p in _cmdlines())
+
+
+@pytest.mark.netns
+def test_ephemeral_run_cleans_up_on_interrupt(home, net):
+    project = make_project(home / "work")
+    before = our_namespaces()
+    env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+    proc = subprocess.Popen([*AGENTCAGE, "run", "minimal", "--project", str(project),
+                             *run_args(net), "--", "sleep", "61.25"], env=env, cwd=home,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    ours = "sleep\x0061.25\x00"  # this test's workload, not some other process on the host
+    while time.monotonic() < deadline and ours not in _cmdlines():
+        time.sleep(0.1)
+    assert ours in _cmdlines(), "the workload never started"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    assert our_namespaces() == before
+    assert not any(p == ours or (str(home) in p and "agentcage.gateway" in p)
+                   for p in _cmdlines())
+    assert list((home / "home" / "cages").iterdir()) == []
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                out.append(Path(f"/proc/{pid}/cmdline").read_text())
+    return out
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_interactive_run_gets_a_terminal_but_cannot_inject_into_it(home, net):
+    project = make_project(home / "work")
+    inner = ("tty; python3 -c 'import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b\"x\")' "
+             "2>&1 | tail -1")
+    argv = [*AGENTCAGE, "run", "minimal", "--project", str(project), *run_args(net), "--",
+            "sh", "-c", inner]
+    env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+    r = subprocess.run(["script", "-qec", " ".join(shlex.quote(a) for a in argv), "/dev/null"],
+                       env=env, capture_output=True, text=True, timeout=90, cwd=home)
+    lines = [line.strip() for line in r.stdout.splitlines() if line.strip()]
+    assert lines[0].startswith("/dev/"), r.stdout  # a terminal (control)
+    assert "Operation not permitted" in lines[-1], r.stdout  # TIOCSTI refused by seccomp

@@ -1,0 +1,98 @@
+"""cage.yaml: valid and invalid tables; every error is one line naming key, value and fix."""
+
+import pytest
+
+from agentcage.config.load import load_config_text
+from agentcage.config.scaffolds import scaffold_config, scaffold_names, scaffold_text
+from agentcage.errors import ConfigError
+
+
+def test_defaults_follow_the_seed():
+    c = load_config_text("name: demo\n")
+    assert c.container.user == "1000:1000"
+    assert c.container.read_only is True
+    assert c.container.drop_capabilities == ["ALL"]
+    assert c.container.no_new_privileges is True
+    assert c.ports.tcp.allow == [80, 443]
+    assert c.ports.udp.allow == [] and c.ports.icmp.allow is False
+    assert c.rate_limit.requests_per_second == 10 and c.rate_limit.burst == 50
+    assert c.max_request_body == 10 * 1024 * 1024
+    assert c.domains.mode is None  # no mode: deny everything
+    assert c.gateway.uplink == "host"
+
+
+VALID = [
+    "name: a\ndomains: {mode: allowlist, allow: [api.example.com, '*.example.test']}",
+    "name: a\ndomains: {mode: blocklist, block: [evil.example.test]}",
+    "name: a-1\ngateway: {uplink: 'netns:inet-1', trusted_networks: [10.200.0.0/16]}\n"
+    "dns_servers: [10.200.0.53]",
+    "name: a\ncontainer: {volumes: ['.:/workspace:ro'], env: {A: b}}",
+    "name: a\nsecrets: {backend: plaintext, allow_plaintext: true}",
+    "name: a\nsecret_injection: [{env: API_KEY, inject_to: [api.example.com]}]",
+]
+
+
+@pytest.mark.parametrize("text", VALID)
+def test_valid_configs(text):
+    load_config_text(text)
+
+
+INVALID = [
+    ("foo: 1\nname: a", "foo = 1: unknown key"),
+    ("name: a\ncontainer: {imag: x}", "container.imag = 'x': unknown key; remove it (valid keys"),
+    ("name: Bad_Name", "name = 'Bad_Name': use 1-63"),
+    ("isolation: container", "name: required"),
+    ("name: a\ndomains: {allow: ['*']}", "domains.allow.0 = '*': '*' would allow everything"),
+    ("name: a\ndomains: {allow: ['*.com']}", "public suffix"),
+    ("name: a\ndomains: {allow: [1.2.3.4]}", "IP literals are refused"),
+    ("name: a\ndomains: {allow: [a.example.com], block: [b.example.com]}", "cannot both be set"),
+    ("name: a\ndomains: {mode: blocklist, allow: [a.example.com]}", "blocklist uses block"),
+    ("name: a\ndomains: {mode: denylist}", "domains.mode = 'denylist'"),
+    ("name: a\nports: {tcp: {allow: [0]}}", "ports.tcp.allow.0 = 0"),
+    ("name: a\ncontainer: {volumes: ['~/.ssh:/ssh']}", "holds credentials"),
+    ("name: a\ncontainer: {volumes: ['/home/u/.aws:/aws:ro']}", "holds credentials"),
+    ("name: a\ncontainer: {volumes: ['/etc:/etc']}", "host system directory"),
+    ("name: a\ncontainer: {volumes: ['.:workspace']}", "must be absolute"),
+    ("name: a\ncontainer: {add_capabilities: [NET_ADMIN]}", "grants no capabilities"),
+    ("name: a\ncontainer: {no_new_privileges: false}", "cannot be turned off"),
+    ("name: a\ncontainer: {user: root}", "UID:GID"),
+    ("name: a\nsecrets: {backend: plaintext}", "explicit opt-in"),
+    ("name: a\ngateway: {uplink: 'netns:inet'}", "needs dns_servers"),
+    ("name: a\ngateway: {uplink: vpn}", "gateway.uplink = 'vpn'"),
+    ("name: a\ngateway: {trusted_networks: [nope]}", "CIDR"),
+    ("name: a\ndns_servers: [resolver]", "IP address"),
+    ("name: a\nagents: {watcher: {interval_seconds: 5}}", "interval_seconds"),
+    ("- a\n- b", "expected a mapping"),
+    ("name: [unclosed", "not valid YAML"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), INVALID)
+def test_invalid_configs_explain_in_one_line(text, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text)
+    message = str(info.value)
+    assert expected in message
+    assert "Traceback" not in message
+    for line in message.splitlines():
+        assert line.startswith("cage.yaml")
+
+
+def test_every_error_is_reported():
+    with pytest.raises(ConfigError) as info:
+        load_config_text("name: a\nfoo: 1\nbar: 2\ndomains: {allow: ['*']}")
+    assert len(str(info.value).splitlines()) == 3
+
+
+@pytest.mark.parametrize("scaffold", ["claude-code", "codex", "minimal"])
+def test_scaffolds_are_valid_and_commented(scaffold):
+    assert scaffold in scaffold_names()
+    text = scaffold_text(scaffold, "my-cage")
+    assert "#" in text
+    assert scaffold_config(scaffold, "my-cage").name == "my-cage"
+
+
+def test_scaffold_aliases_and_unknown():
+    assert scaffold_config("claude", "x").scaffold == "claude-code"
+    with pytest.raises(ConfigError, match="choose one of"):
+        scaffold_text("nope", "x")
