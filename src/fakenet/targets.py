@@ -18,6 +18,9 @@ EGRESS_NAMES = ("dns.google", "pypi.org", "github.com")
 IPV6_NAMES = ("dns.google", "github.com")
 METADATA_NAME = "metadata.google.internal"
 CONTROL_NAME = "example.com"
+# Inside 10.200.0.0/16 but assigned to nothing (links use .1-.127, cages .128-.247, services
+# .254-.255): like the probe's default TEST-NET-3 control, only a local interceptor answers it.
+INTERCEPTION_CONTROL = "10.200.253.254"
 
 
 def probe_targets(zone: Zone) -> dict[str, object]:
@@ -38,6 +41,7 @@ def probe_targets(zone: Zone) -> dict[str, object]:
         "dns_control": CONTROL_NAME,
         "proxy_control": f"{CONTROL_NAME}:443",
         "public_networks": [str(NETWORK), str(NETWORK6)],
+        "interception_control": [f"{INTERCEPTION_CONTROL}:443", f"{INTERCEPTION_CONTROL}:80"],
     }
 
 

@@ -86,6 +86,14 @@ SEALED: dict[str, Any] = {
                 "public": False,
             },
             "docker_tcp": None,
+            "interception_control": [
+                {
+                    "host": "203.0.113.1",
+                    "port": 443,
+                    "result": "unreachable",
+                    "errno": "ENETUNREACH",
+                }
+            ],
         },
         "proxy": {
             "configured": False,

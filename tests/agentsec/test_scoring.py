@@ -150,6 +150,10 @@ FIRES = [
         ),
     ),
     (
+        "NET-011",
+        _net(interception_control=[{"host": "203.0.113.1", "port": 443, "result": "connected"}]),
+    ),
+    (
         "SEC-001",
         outputs.with_data(
             "sockets",
@@ -496,3 +500,56 @@ def test_every_catalogue_entry_has_a_detector_and_owasp_titles():
     assert build_registry().ids() == set(cat.findings)
     for spec in cat.findings.values():
         assert all(code in cat.owasp_titles for code in spec.owasp)
+
+
+def _intercepted(**proxy: Any) -> dict[str, Any]:
+    out = _net(
+        no_route=False,
+        targets=[
+            _target("pypi.org", "egress", "connected"),
+            {**_target("169.254.169.254", "metadata", "connected"), "port": 80},
+        ],
+        interception_control=[
+            {"host": "203.0.113.1", "port": 443, "result": "connected"},
+            {"host": "203.0.113.1", "port": 80, "result": "connected"},
+        ],
+    )
+    out["sections"]["proxy"]["data"].update(proxy)
+    return out
+
+
+def test_connects_on_intercepted_ports_are_not_egress_when_the_proxy_is_asked():
+    refused = {
+        "host": "example.com",
+        "port": 443,
+        "control": True,
+        "status": 403,
+        "result": "refused",
+    }
+    result = _assess(_intercepted(configured=True, scheme="http", results=[refused]))
+    ids = {f.id for f in result.findings}
+    assert {"NET-011", "NET-010"} <= ids
+    assert not ids & {"NET-001", "NET-002"}
+    assert next(a for a in result.axes if a.id == "network").state == "refused"
+
+
+def test_connects_on_intercepted_ports_without_a_proxy_to_ask_are_not_measured():
+    assert _axis(_intercepted(), "network") == "not_measured"
+
+
+def test_a_connect_on_a_port_that_is_not_intercepted_is_still_egress():
+    out = _intercepted(configured=True, scheme="http", results=[])
+    out["sections"]["network"]["data"]["interception_control"] = [
+        {"host": "203.0.113.1", "port": 80, "result": "connected"}
+    ]
+    ids = _ids(out)
+    assert "NET-001" in ids and "NET-002" not in ids
+
+
+def test_a_tmpfs_mask_over_git_hooks_is_not_persistence():
+    hooks = {"path": "./.git/hooks", "exists": True, "writable": True}
+    masked = outputs.with_data("persistence", git_hooks={**hooks, "fstype": "tmpfs"})
+    assert "PERS-005" not in _ids(masked)
+    assert "PERS-005" in _ids(
+        outputs.with_data("persistence", git_hooks={**hooks, "fstype": "ext4"})
+    )

@@ -71,6 +71,9 @@ DEFAULT_TARGETS = {
     "proxy_control": "example.com:443",
     "docker_tcp_port": 2375,
     "public_networks": (),
+    # TEST-NET-3 (RFC 5737) is never routed on the internet: a connect there that completes was
+    # answered by something local, a transparent proxy that takes every address on that port.
+    "interception_control": ("203.0.113.1:443", "203.0.113.1:80"),
 }
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -628,6 +631,7 @@ TARGET_PARSERS = {
     "proxy_control": parse_endpoint_value,
     "docker_tcp_port": parse_port,
     "public_networks": parse_network_list,
+    "interception_control": parse_endpoint_list,
 }
 
 
@@ -1052,6 +1056,7 @@ def plan_network_checks(targets, gateway, deadline):
     progress, jobs = collections.OrderedDict(), []
     endpoints = [(e, "egress") for e in targets["egress"]]
     endpoints += [(e, "metadata") for e in targets["metadata"]]
+    endpoints += [(e, "interception_control") for e in targets["interception_control"]]
     for index, (endpoint, kind) in enumerate(endpoints):
         host, port = parse_endpoint(endpoint)
         progress["tcp%d" % index] = unfinished_connection(host, port, kind=kind)
@@ -1101,7 +1106,16 @@ def section_network(settings):
         "no_route": not (has_v4_default or has_v6_default),
         "default_gateway": gateway,
         "interfaces": network_interfaces(),
-        "targets": [results[key] for key in results if key.startswith("tcp")],
+        "targets": [
+            results[key]
+            for key in results
+            if key.startswith("tcp") and results[key]["kind"] != "interception_control"
+        ],
+        "interception_control": [
+            pick(results[key], "host", "port", "result", "errno")
+            for key in results
+            if key.startswith("tcp") and results[key]["kind"] == "interception_control"
+        ],
         "ipv6": [
             pick(results[key], "host", "port", "result", "errno")
             for key in results
@@ -1569,8 +1583,21 @@ def section_persistence(settings):
             "path": GIT_HOOKS_DIR,
             "exists": hooks_exist,
             "writable": hooks_exist and create_marker(GIT_HOOKS_DIR)[0],
+            # A tmpfs here is a mask: what is written vanishes with the sandbox, the host's
+            # hooks stay as they were.
+            "fstype": mount_fstype(os.path.abspath(GIT_HOOKS_DIR)) if hooks_exist else None,
         },
     }
+
+
+def mount_fstype(path):
+    """The filesystem type of the mount holding path (the longest mountpoint prefix)."""
+    best, fstype = -1, None
+    for mount in read_mounts():
+        point = mount["mountpoint"].rstrip("/") or "/"
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > best:
+            best, fstype = len(point), mount["fstype"]
+    return fstype
 
 
 def own_cgroups():

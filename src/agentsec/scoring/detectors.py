@@ -208,12 +208,33 @@ def no_mac_profile(facts: Facts) -> Hit | None:
 # --- network -------------------------------------------------------------------------------
 
 
+def intercepted_ports(facts: Facts) -> set[int]:
+    """Ports on which a connect to an address nobody routes still completed: a transparent
+    proxy answers every address there, so a completed connect on them proves no egress."""
+    return {
+        r["port"]
+        for r in facts.records("network", "interception_control")
+        if r.get("result") == "connected" and isinstance(r.get("port"), int)
+    }
+
+
 def _connected(facts: Facts, key: str, kind: str | None = None) -> list[str]:
-    return [
-        _target(r)
+    """Targets the probe connected to, minus those on intercepted ports. What passes through an
+    interceptor is measured through the configured proxy (NET-007/008/010); with no proxy to ask,
+    the probe cannot tell, and says so."""
+    intercepted = intercepted_ports(facts)
+    hits = [
+        r
         for r in facts.records("network", key)
         if r.get("result") == "connected" and (kind is None or r.get("kind") == kind)
     ]
+    through_interceptor = any(r.get("port") in intercepted for r in hits)
+    if through_interceptor and not facts.optional("proxy", "configured", bool):
+        raise CannotTell(
+            "a transparent proxy answers every address on ports "
+            f"{sorted(intercepted)} and no proxy is configured to ask what it forwards"
+        )
+    return [_target(r) for r in hits if r.get("port") not in intercepted]
 
 
 def egress_connects(facts: Facts) -> Hit | None:
@@ -224,6 +245,13 @@ def egress_connects(facts: Facts) -> Hit | None:
 
 def metadata_reachable(facts: Facts) -> Hit | None:
     return _hit(_connected(facts, "targets", "metadata"))
+
+
+def transparent_interception(facts: Facts) -> Hit | None:
+    ports = sorted(intercepted_ports(facts))
+    if ports:
+        return Hit((f"TCP {', '.join(map(str, ports))} to any address ends at a local proxy",))
+    return None
 
 
 def no_network(facts: Facts) -> Hit | None:
@@ -478,7 +506,8 @@ def _appendable(kind: str) -> Detector:
 
 def git_hooks_writable(facts: Facts) -> Hit | None:
     hooks = facts.optional("persistence", "git_hooks", dict) or {}
-    if hooks.get("writable") is True:
+    # A tmpfs over .git/hooks is a pivot mask: hooks written there never reach the host.
+    if hooks.get("writable") is True and hooks.get("fstype") != "tmpfs":
         return Hit((str(hooks.get("path") or "./.git/hooks"),))
     return None
 
@@ -512,6 +541,7 @@ def build_registry() -> DetectorRegistry:
         ("NET-008", ("proxy",), proxy_allowlisted),
         ("NET-009", ("network",), docker_tcp),
         ("NET-010", ("proxy",), proxy_refuses),
+        ("NET-011", ("network",), transparent_interception),
         ("SEC-001", ("sockets",), runtime_socket),
         ("SEC-002", ("secrets_env",), secret_env_names),
         ("SEC-003", ("credentials",), credential_files),
