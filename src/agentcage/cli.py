@@ -363,6 +363,33 @@ def doctor() -> None:
         sys.exit(EXIT_ERROR)
 
 
+@cli.command()
+@click.argument("name")
+@click.option("--label", default=None, help="Report name (default: cage-NAME).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("reports"), show_default=True, help="Where the reports go.")
+@click.option("--max-score", type=click.IntRange(0, 100), default=None,
+              help="Exit 2 when the cage scores above this budget.")
+@click.option("--print-findings", is_flag=True, help="Print the finding list too.")
+@click.option("--redact", is_flag=True, help="Strip host details; keep scores and findings.")
+def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
+           print_findings: bool, redact: bool) -> None:
+    """Measure the running cage NAME from inside with agentsec's probe, and score it."""
+    from agentcage.verify import verify_cage
+    from agentsec.render.terminal import findings_table, scores_table
+
+    saved = verify_cage(name, label=label, out_dir=out_dir, redact=redact)
+    report = saved.report
+    out.print(scores_table([report], title=f"cage {name}, measured from inside"))
+    if print_findings:
+        out.print(findings_table(report))
+    out.print(f"reports: {saved.json_path}  {saved.markdown_path}", markup=False)
+    score = report["summary"]["score"]
+    if max_score is not None and score > max_score:
+        err.print(f"gate failed: score {score} is above --max-score {max_score}", markup=False)
+        sys.exit(EXIT_GATE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     def on_term(signum, frame):  # SIGTERM cleans up like Ctrl-C (finally blocks run)
         raise KeyboardInterrupt

@@ -28,6 +28,7 @@ from agentsec.launchers import (
     Launch,
     availability,
     bwrap_launch,
+    cage_launch,
     command_launch,
     container_launch,
     describe,
@@ -210,6 +211,14 @@ def _container_command(engine: str) -> click.Command:
 
 blast_radius.add_command(_container_command("docker"))
 blast_radius.add_command(_container_command("podman"))
+
+
+@blast_radius.command("cage")
+@click.argument("name")
+@_options(*LAUNCH, *GATES)
+def br_cage(name: str, **opts: Any) -> None:
+    """A running agentcage cage, measured from inside through `agentcage exec`."""
+    _run_launch(cage_launch(name, "", python=opts["python"]), f"cage-{name}", opts)
 
 
 @blast_radius.command("command")

@@ -202,6 +202,15 @@ def command_launch(template: str, how: str) -> Launch:
     return Launch(prefix=argv, python=None, target=Target(kind="command", how=how, command=argv))
 
 
+def cage_launch(name: str, how: str, agentcage_bin: str | None = None,
+                python: str = "python3") -> Launch:
+    """Inside a running agentcage cage, through `agentcage exec` (what `agentcage verify` runs)."""
+    binary = agentcage_bin or _require_binary("agentcage")
+    prefix = (binary, "exec", name, "--")
+    target = Target(kind="cage", how=how, engine="agentcage", command=(*prefix, python, "-"))
+    return Launch(prefix=prefix, python=python, target=target)
+
+
 def preset_launch(
     name: str,
     how: str,

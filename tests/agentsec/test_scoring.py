@@ -553,3 +553,15 @@ def test_a_tmpfs_mask_over_git_hooks_is_not_persistence():
     assert "PERS-005" in _ids(
         outputs.with_data("persistence", git_hooks={**hooks, "fstype": "ext4"})
     )
+
+
+def test_agentcage_placeholders_are_not_secrets():
+    decoy = {"name": "ANTHROPIC_API_KEY", "length": 67, "placeholder": True}
+    real = {"name": "GITHUB_TOKEN", "length": 40, "placeholder": False}
+    assert "SEC-002" not in _ids(outputs.with_data("secrets_env", names=[decoy]))
+    finding = next(
+        f for f in _assess(outputs.with_data("secrets_env", names=[decoy, real])).findings
+        if f.id == "SEC-002"
+    )
+    assert finding.evidence == ("GITHUB_TOKEN",)
+

@@ -50,3 +50,15 @@ def test_targets_can_be_given_inline(tmp_path):
     assert run.report["targets"]["overridden"] is True
     hosts = [t["host"] for t in run.data("network")["targets"] if t["kind"] == "egress"]
     assert hosts == ["10.200.9.9"]
+
+
+def test_agentcage_placeholders_are_told_apart_without_printing_values(tmp_path):
+    require_namespaces()
+    decoy = "agentcage:secret:ANTHROPIC_API_KEY:" + "0123456789abcdef" * 2
+    real = "ghp_" + "canaryCANARY1234" * 2
+    run = launch_probe(env={"ANTHROPIC_API_KEY": decoy, "GITHUB_TOKEN": real},
+                       cwd=str(tmp_path))
+    names = {entry["name"]: entry for entry in run.data("secrets_env")["names"]}
+    assert names["ANTHROPIC_API_KEY"]["placeholder"] is True
+    assert names["GITHUB_TOKEN"]["placeholder"] is False
+    assert decoy not in run.stdout and real not in run.stdout

@@ -103,6 +103,9 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
         argv += ["--ro-bind", source, dest]
     for data in spec.data_files:
         argv += ["--perms", "0444", "--ro-bind-data", str(data.fd), data.dest]
+    # bwrap builds the root on a tmpfs of its own; once every mount point exists on it, it goes
+    # read-only too, so only /tmp, /run, /var/tmp, the home and writable mounts take writes.
+    argv += ["--remount-ro", "/"]
     argv += ["--seccomp", str(spec.seccomp_fd)]
     argv += ["--clearenv"]
     for key, value in spec.env:

@@ -1287,9 +1287,18 @@ def looks_like_secret_name(name):
     )
 
 
+# agentcage's decoy format, public by design: a value of exactly this shape is a placeholder the
+# gateway swaps on the wire, not a secret. Only the yes/no answer leaves the probe.
+PLACEHOLDER_VALUE = re.compile(r"\Aagentcage:secret:[A-Za-z0-9_]+:[0-9a-f]{32}\Z")
+
+
 def section_secrets_env(settings):
     names = [
-        {"name": clean_text(name, 200), "length": len(value)}
+        {
+            "name": clean_text(name, 200),
+            "length": len(value),
+            "placeholder": PLACEHOLDER_VALUE.match(value) is not None,
+        }
         for name, value in sorted(settings.environ.items())
         if looks_like_secret_name(name) and not name.startswith(PROBE_SETTING_PREFIX)
     ]

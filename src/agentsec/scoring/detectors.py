@@ -348,7 +348,12 @@ def runtime_socket_refused(facts: Facts) -> Hit | None:
 
 
 def secret_env_names(facts: Facts) -> Hit | None:
-    return _hit(str(r.get("name")) for r in facts.records("secrets_env", "names"))
+    # agentcage placeholders are decoys the gateway swaps on the wire: nothing to steal.
+    return _hit(
+        str(r.get("name"))
+        for r in facts.records("secrets_env", "names")
+        if r.get("placeholder") is not True
+    )
 
 
 def _readable_files(facts: Facts) -> list[dict[str, Any]]:

@@ -1,0 +1,131 @@
+"""`agentcage verify`: the cage measured from inside by agentsec's probe, in the fake internet.
+
+The control is the same probe in an open namespace of the same fake internet (tests/integration),
+where NET-001/NET-002 fire; inside the cage they must not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.agentcage.conftest import start_cage
+
+AGENTCAGE = str(Path(sys.executable).parent / "agentcage")
+
+
+@pytest.fixture(scope="module")
+def verified(net, tmp_path_factory):
+    out = tmp_path_factory.mktemp("verify")
+    cage = start_cage(net, "verifyme", ["api.example.test"])
+    handle = next(cage)
+    try:
+        env = {**os.environ, "AGENTCAGE_HOME": str(handle.service.store.root)}
+        passing = subprocess.run(
+            [AGENTCAGE, "verify", "verifyme", "--out", str(out), "--max-score", "100"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        failing = subprocess.run(
+            [
+                AGENTCAGE,
+                "verify",
+                "verifyme",
+                "--out",
+                str(out),
+                "--label",
+                "strict",
+                "--max-score",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        missing = subprocess.run(
+            [AGENTCAGE, "verify", "no-such-cage", "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        report = json.loads((out / "cage-verifyme.json").read_text())
+        return passing, failing, missing, report, handle.audit()
+    finally:
+        cage.close()  # destroys the cage and checks nothing of it is left
+
+
+def _ids(report) -> set[str]:
+    return {f["id"] for f in report["summary"]["findings"]}
+
+
+def test_verify_writes_a_report_of_the_cage(verified):
+    passing, _, _, report, _ = verified
+    assert passing.returncode == 0, passing.stderr
+    assert report["target"]["kind"] == "cage" and report["target"]["engine"] == "agentcage"
+    assert report["schema_version"] == 1
+
+
+def test_nothing_leaves_the_cage_and_every_axis_is_measured(verified):
+    _, _, _, report, _ = verified
+    found = _ids(report)
+    # The gateway intercepts 80/443 for every address; the probe sees that, asks the proxy,
+    # and the proxy refuses: no egress, no metadata, no DNS channel, no UDP.
+    assert {"NET-010", "NET-011"} <= found
+    assert not found & {
+        "NET-001",
+        "NET-002",
+        "NET-004",
+        "NET-005",
+        "NET-006",
+        "NET-007",
+        "NET-008",
+        "NET-009",
+    }
+    axes = report["summary"]["axes"]
+    assert axes["network"]["state"] in ("refused", "sealed")
+    assert all(axis["state"] != "not_measured" for axis in axes.values()), axes
+
+
+def test_the_workload_layers_hold(verified):
+    found = _ids(verified[3])
+    # unprivileged host uid, seccomp, no_new_privs, read-only root, masked .git/hooks, own pids
+    assert not found & {
+        "PRIV-001",
+        "PRIV-002",
+        "PRIV-003",
+        "PRIV-004",
+        "PRIV-005",
+        "PRIV-006",
+        "PRIV-008",
+        "FS-001",
+        "FS-002",
+        "PERS-005",
+        "PROC-001",
+        "SEC-001",
+        "SEC-003",
+        "SEC-005",
+        "SEC-009",
+    }
+
+
+def test_the_probe_tunnels_were_refused_and_audited_by_the_gateway(verified):
+    audit = verified[4]
+    blocked = {r.get("host") for r in audit if r.get("decision") == "blocked"}
+    assert "example.com" in blocked  # the probe's allowlist control
+    assert not any(r.get("decision") == "allowed" and r.get("host") == "example.com" for r in audit)
+
+
+def test_the_max_score_gate_exits_2_and_a_missing_cage_exits_1(verified):
+    _, failing, missing, report, _ = verified
+    assert report["summary"]["score"] > 0  # RES-001 at least: the cage sets no cgroup limits
+    assert failing.returncode == 2 and "gate failed" in failing.stderr
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
