@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Quick start, command 1 (as root): set everything up, then build a fake internet out of network
-# namespaces and measure three sandboxes in it: an open configuration and two bubblewrap ones.
+# Quick start, command 1 (as root): set everything up, then, in a fake internet built from
+# network namespaces, (1) measure four sandboxes with agentsec and (2) build a cage, try it from
+# inside, and measure it with agentsec (agentcage verify). Reports go to reports/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-exec .venv/bin/agentsec demo "$@"
+.venv/bin/agentsec demo "$@"
+echo
+exec .venv/bin/agentcage demo "$@"

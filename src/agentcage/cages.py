@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -209,6 +210,72 @@ class CageService:
         if found:
             write_json(cage.policy, doc)
         return found
+
+    # ---- secrets --------------------------------------------------------------------------
+    # Values come in as bytes and never come out. After every change a running cage's gateway
+    # gets the new staged copy and reloads it (the CLI returns once the gateway confirmed).
+
+    def _secrets(self, name: str):
+        from agentcage.secrets import cage as cage_secrets
+
+        cage = self._existing(name)
+        config = load_config(cage.config)
+        return cage, config, cage_secrets.store_of(cage, config), cage_secrets.book_of(cage)
+
+    def _apply_secrets(self, cage: CageDir, config: CageConfig) -> bool:
+        """Re-stage and reload a running cage; False when it is not running."""
+        from agentcage.secrets import cage as cage_secrets
+
+        runtime = self.backend.runtime(cage)
+        if runtime.get("status") != "running":
+            return False
+        cage_secrets.stage_for_gateway(cage, config)
+        cage_secrets.reload_gateway(cage, runtime)
+        return True
+
+    def secret_set(self, name: str, key: str, value: bytes) -> dict[str, Any]:
+        from agentcage.secrets import set_secret
+
+        cage, config, choice, book = self._secrets(name)
+        placeholder = set_secret(choice.store, book, key, value)
+        applied = self._apply_secrets(cage, config)
+        return {"name": key, "placeholder": str(placeholder), "backend": choice.backend,
+                "backend_reason": choice.reason, "warning": choice.warning,
+                "applied": applied, "has_rule": any(r.env == key
+                                                    for r in config.secret_injection)}
+
+    def secret_list(self, name: str) -> dict[str, Any]:
+        from agentcage.secrets import list_secrets, rules_from_config
+
+        _cage, config, choice, book = self._secrets(name)
+        entries = list_secrets(choice.store, book, rules_from_config(config.secret_injection))
+        return {"backend": choice.backend, "backend_reason": choice.reason,
+                "warning": choice.warning,
+                "secrets": [dataclasses.asdict(e) for e in entries]}
+
+    def secret_rm(self, name: str, key: str) -> bool:
+        from agentcage.secrets import remove_secret
+
+        cage, config, choice, book = self._secrets(name)
+        removed = remove_secret(choice.store, book, key)
+        if removed:
+            self._apply_secrets(cage, config)
+        return removed
+
+    def secret_rotate(self, name: str, keys: Sequence[str] = ()) -> dict[str, Any]:
+        """New placeholders (all, or `keys`), in force at the gateway when this returns; new
+        execs in the cage get them in their environment."""
+        from agentcage.secrets import rotate_placeholders
+
+        cage, config, _choice, book = self._secrets(name)
+        try:
+            rotations = rotate_placeholders(book, list(keys) or None)
+        except ValueError as e:
+            raise StateError(str(e)) from None
+        applied = self._apply_secrets(cage, config)
+        return {"applied": applied,
+                "rotated": [{"name": r.name, "old": str(r.old) if r.old else None,
+                             "new": str(r.new)} for r in rotations]}
 
     # ---- logs -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from agentcage import __version__
 from agentcage.config.scaffolds import scaffold_config, scaffold_names, scaffold_text
@@ -279,6 +280,78 @@ cage.command("logs")(_logs_command())
 cage.command("audit")(_logs_command())  # the seed's `cage audit NAME --summary`
 
 
+# ---- secrets: values go in through a hidden prompt or stdin, never argv, and never come out --
+
+@cli.group()
+def secret() -> None:
+    """A cage's secrets: stored encrypted on the host, injected by its gateway, never in it."""
+
+
+@secret.command("set")
+@click.argument("name")
+@click.argument("key")
+def secret_set(name: str, key: str) -> None:
+    """Store KEY for cage NAME; the value is read from a hidden prompt or from stdin."""
+    from agentcage.secrets import read_value
+
+    try:
+        value = read_value(prompt=f"value of {key}: ")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    result = _service().secret_set(name, key, value)
+    if result["warning"]:
+        err.print(f"warning: {result['warning']}", markup=False, emoji=False)
+    out.print(f"{key} stored ({result['backend']}: {result['backend_reason']}); "
+              f"the cage sees {result['placeholder']}", markup=False, emoji=False)
+    if not result["has_rule"]:
+        err.print(f"note: no secret_injection rule names {key}: it is never injected",
+                  markup=False)
+    if result["applied"]:
+        out.print("the running gateway reloaded its secrets")
+
+
+@secret.command("list")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def secret_list(name: str, as_json: bool) -> None:
+    """Names, bindings and placeholders of cage NAME's secrets (never values)."""
+    doc = _service().secret_list(name)
+    if as_json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    table = Table("name", "stored", "inject_to", "parts", "placeholder")
+    for e in doc["secrets"]:
+        parts = ",".join(p for p, on in (("headers", e["inject_headers"]),
+                                          ("body", e["inject_body"])) if on)
+        cells = (e["name"], "yes" if e["stored"] else "NO", ", ".join(e["inject_to"]) or "-",
+                 parts or "-", e["placeholder"] or "-")
+        table.add_row(*(Text(c) for c in cells))  # Text: no markup, no :emoji: codes
+    out.print(f"backend: {doc['backend']} ({doc['backend_reason']})", markup=False, emoji=False)
+    out.print(table)
+
+
+@secret.command("rm")
+@click.argument("name")
+@click.argument("key")
+def secret_rm(name: str, key: str) -> None:
+    if not _service().secret_rm(name, key):
+        raise ConfigError(f"cage {name} has no secret {key}")
+    out.print(f"{key} removed")
+
+
+@secret.command("rotate-placeholders")
+@click.argument("name")
+@click.argument("keys", nargs=-1)
+def secret_rotate(name: str, keys: tuple[str, ...]) -> None:
+    """Mint new placeholders (all, or KEYS); a running cage's gateway switches at once and the
+    old ones stop injecting. New commands in the cage see the new ones."""
+    result = _service().secret_rotate(name, keys)
+    for r in result["rotated"]:
+        out.print(f"{r['name']}: {r['old']} -> {r['new']}", markup=False, emoji=False)
+    if result["applied"]:
+        out.print("the running gateway now injects only the new placeholders")
+
+
 @cli.group()
 def scaffold() -> None:
     """Built-in cage.yaml templates."""
@@ -388,6 +461,19 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
     if max_score is not None and score > max_score:
         err.print(f"gate failed: score {score} is above --max-score {max_score}", markup=False)
         sys.exit(EXIT_GATE)
+
+
+@cli.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("reports"), show_default=True, help="Where the cage's report goes.")
+def demo(out_dir: Path) -> None:
+    """A cage in a fake internet: one allowed and one blocked request, then `verify`."""
+    from agentcage.demo import run_demo
+    from agentsec.render.terminal import scores_table
+
+    result = run_demo(out_dir, lambda line: out.print(line, markup=False))
+    out.print(scores_table([result.verified.report], title="the cage, measured from inside"))
+    out.print(f"report: {result.verified.json_path}", markup=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

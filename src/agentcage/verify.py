@@ -8,6 +8,7 @@ sees: the cage's environment, mounts, seccomp filter and gateway), and writes th
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from agentcage.errors import AgentcageError
@@ -28,13 +29,18 @@ def agentcage_binary() -> str:
 
 
 def verify_cage(
-    name: str, *, label: str | None, out_dir: Path, redact: bool
+    name: str,
+    *,
+    label: str | None,
+    out_dir: Path,
+    redact: bool,
+    env: Mapping[str, str] | None = None,
 ) -> service.SavedReport:
     """Run the probe in cage ``name``; save the report (schema_version 1) and return it."""
     how = f"agentcage verify {name}: the probe run inside the cage through agentcage exec"
     try:
         launch = cage_launch(name, how, agentcage_bin=agentcage_binary())
-        run = run_probe(launch.prefix, python=launch.python)
+        run = run_probe(launch.prefix, python=launch.python, env=env)
         report = service.score(
             run.output,
             label=label or f"cage-{name}",

@@ -30,7 +30,8 @@ def net():
     needs_root()
     from fakenet import FakeInternet
 
-    with FakeInternet(catch_all=False) as internet:
+    # api.anthropic.com: a provider's own domain, for the secrets inspector's allow case
+    with FakeInternet(extra_names={"api.anthropic.com": None}, catch_all=False) as internet:
         yield internet
 
 
@@ -107,11 +108,15 @@ def start_cage(net, name: str, allow: list[str], *, attach: bool = True,
         service.create(config, project)
         yield CageHandle(service, name, project, net)
     finally:
+        from agentcage.secrets.cage import gateway_staging_path
+
+        staged = gateway_staging_path(store.cage(name))
         runtime = backend.runtime(store.cage(name)) if store.cage(name).root.exists() else {}
         if store.cage(name).root.exists():
             service.destroy(name)
         shutil.rmtree(tmp, ignore_errors=True)
         assert_gone(runtime)
+        assert not staged.parent.exists(), f"staged secrets left behind: {staged}"
 
 
 def assert_gone(runtime: dict) -> None:

@@ -12,8 +12,9 @@ from mitmproxy.test import taddons, tflow, tutils
 
 from agentcage.gateway.addon import CageAddon, split_host_header
 from agentcage.gateway.audit import AuditRecord
-from agentcage.gateway.inspectors import Decision, DomainInspector, build_chain, run_chain
+from agentcage.gateway.inspectors import Decision, DomainInspector
 from agentcage.gateway.ratelimit import HostRateLimiter
+from agentcage.inspect import build_chain, first_block, run_chain
 from agentcage.policy import Policy, compile_document, document_from_domains
 
 POLICY = compile_document(
@@ -226,7 +227,7 @@ def test_inspector_that_raises_blocks():
         f = flow(sni="api.example.test", header="api.example.test")
         h.addon.requestheaders(f)
         body = blocked_body(f)
-        assert body["by"] == "broken" and "inspector error" in body["reason"]
+        assert body["by"] == "broken" and "inspector broken failed" in body["reason"]
 
 
 def test_chain_first_block_wins_and_stops():
@@ -243,8 +244,9 @@ def test_chain_first_block_wins_and_stops():
             return Decision(self.action, "r", self.name)
 
     chain = (Rec("a", "flag"), Rec("b", "block"), Rec("c", "allow"))
-    result = run_chain(chain, "headers", None, None)  # type: ignore[arg-type]
-    assert calls == ["a", "b"] and result.blocked_by.inspector == "b" and result.flagged
+    decisions = run_chain(chain, None, None, phase="headers")  # type: ignore[arg-type]
+    assert calls == ["a", "b"] and first_block(decisions).inspector == "b"
+    assert any(d.action == "flag" for d in decisions)
 
 
 def test_deny_all_policy_blocks():

@@ -48,6 +48,16 @@ def test_raw_random_body_is_blocked(ctx):
     assert EntropyInspector().inspect(request(body=KEY), ctx).action == "block"
 
 
+def test_url_encoded_random_body_is_blocked_and_url_encoded_text_is_not(ctx):
+    from urllib.parse import quote
+
+    for body in ("".join(f"%{b:02x}" for b in KEY), quote(KEY)):
+        decision = EntropyInspector().inspect(request(body=body.encode()), ctx)
+        assert decision.action == "block" and "url-encoded body" in decision.reason
+    form = ("q=" + quote("an ordinary sentence, with spaces & punctuation! " * 80)).encode()
+    assert EntropyInspector().inspect(request(body=form), ctx).action == "allow"
+
+
 def test_small_chunks_of_random_data_are_caught_from_the_minimum(ctx):
     chunk = os.urandom(96).hex()  # 96 bytes, the default decoded minimum
     assert EntropyInspector().inspect(request(path=f"/x?d={chunk}"), ctx).action == "block"

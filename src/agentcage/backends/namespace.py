@@ -24,6 +24,7 @@ from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
+from agentcage.secrets import cage as cage_secrets
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
 
 if TYPE_CHECKING:
@@ -172,6 +173,8 @@ class NamespaceBackend:
         for key, value in sysctls().items():
             host.run(netplan.in_ns(plan.gw_ns, ["sysctl", "-q", "-w", f"{key}={value}"]))
         atomic_write(cage.upstream_ca, upstream_bundle(config.gateway.upstream_ca_files))
+        # The secret values go to the gateway only, through tmpfs; never into the cage.
+        secrets_path = cage_secrets.stage_for_gateway(cage, config)
         settings = GatewaySettings(
             cage_name=cage.name,
             netns=plan.gw_ns,
@@ -191,6 +194,12 @@ class NamespaceBackend:
             rate_burst=config.rate_limit.burst,
             connect_timeout_seconds=config.gateway.connect_timeout_seconds,
             max_request_body=config.max_request_body,
+            secrets_path=str(secrets_path),
+            reload_ack_path=str(cage_secrets.reload_ack_path(cage)),
+            secret_injection=tuple(e.model_dump() for e in config.secret_injection),
+            entropy=config.entropy.model_dump(exclude_none=True),
+            content_type=config.content_type.model_dump(exclude_none=True),
+            inspectors=tuple(i.model_dump() for i in config.inspectors),
         )
         host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))
         atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal
@@ -250,6 +259,7 @@ class NamespaceBackend:
             victims.append(int(gw_pid))
         host.terminate(sorted(set(victims)), grace=grace)
         if plan is None:
+            cage_secrets.unstage_for_gateway(cage)
             if cage.root.exists() and runtime:
                 write_json(cage.runtime, {"status": "stopped"})
             return
@@ -257,6 +267,7 @@ class NamespaceBackend:
             host.run(argv, check=False)  # each step may find its object already gone
         with contextlib.suppress(FileNotFoundError):
             cage.gateway_ready.unlink()
+        cage_secrets.unstage_for_gateway(cage)
         if cage.root.exists():
             write_json(cage.runtime, {"status": "stopped"})
 

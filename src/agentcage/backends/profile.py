@@ -31,12 +31,14 @@ class CageMeta:
     tmpfs: tuple[tuple[str, int | None], ...] = (("/tmp", None),)
     env: tuple[tuple[str, str], ...] = ()
     lifecycle: str = "interactive"
+    # Env names with a secret injection rule: the cage gets their placeholders, never values.
+    secret_env: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {"project": self.project, "host_uid": self.host_uid, "host_gid": self.host_gid,
                 "volumes": [list(v) for v in self.volumes], "uid": self.uid, "gid": self.gid,
                 "tmpfs": [list(t) for t in self.tmpfs], "env": dict(self.env),
-                "lifecycle": self.lifecycle}
+                "lifecycle": self.lifecycle, "secret_env": list(self.secret_env)}
 
     @classmethod
     def from_dict(cls, d: dict) -> CageMeta:
@@ -50,6 +52,7 @@ class CageMeta:
             tmpfs=tuple((str(t), None if s is None else int(s)) for t, s in d["tmpfs"]),
             env=tuple(sorted((str(k), str(v)) for k, v in d["env"].items())),
             lifecycle=str(d["lifecycle"]),
+            secret_env=tuple(str(n) for n in d.get("secret_env", ())),
         )
 
 
@@ -60,7 +63,8 @@ def make_meta(config: CageConfig, project: Path, host_uid: int, host_gid: int,
     if not any(t == "/tmp" for t, _ in tmpfs):
         tmpfs += (("/tmp", None),)
     return CageMeta(str(project), host_uid, host_gid, volumes, uid, gid, tmpfs,
-                    tuple(sorted(config.container.env.items())), config.lifecycle)
+                    tuple(sorted(config.container.env.items())), config.lifecycle,
+                    tuple(sorted(r.env for r in config.secret_injection)))
 
 
 def choose_host_user(config: CageConfig, project: Path) -> tuple[int, int]:

@@ -34,6 +34,7 @@ from agentcage.backends.sandbox import (
 )
 from agentcage.backends.seccomp import build_filter
 from agentcage.errors import BackendError
+from agentcage.secrets import cage as cage_secrets
 from agentcage.state import CageDir
 
 
@@ -51,6 +52,14 @@ def _memfd(name: str, data: bytes) -> int:
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def workload_env(t: Target) -> dict[str, str]:
+    """cage.yaml's env with every secret that has an injection rule replaced by its placeholder
+    (read fresh on every exec, so a rotation reaches new processes)."""
+    env = dict(t.meta.env)
+    env.update(cage_secrets.workload_env(t.cage, t.meta.secret_env))
+    return env
 
 
 def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list[int],
@@ -104,7 +113,7 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         data_files=tuple(files),
         seccomp_fd=seccomp_fd,
         started_fd=started_fd,
-        env=cage_environment(f"http://{t.plan.gateway_address}:8080", dict(t.meta.env),
+        env=cage_environment(f"http://{t.plan.gateway_address}:8080", workload_env(t),
                              os.environ.get("TERM")),
         root_links=host_root_links(),
         interactive=interactive,

@@ -200,7 +200,7 @@ class Ports(Strict):
 
 
 class Secrets(Strict):
-    backend: Literal["auto", "systemd-creds", "keychain", "plaintext"] = "auto"
+    backend: Literal["auto", "systemd-creds", "encrypted-file", "keychain", "plaintext"] = "auto"
     allow_plaintext: bool = False
 
     @model_validator(mode="after")
@@ -210,11 +210,20 @@ class Secrets(Strict):
         return self
 
 
+def _header_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", value):
+        raise ValueError(f"{value!r} is not an HTTP header name")
+    return value.lower()
+
+
 class SecretInjection(Strict):
     env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
     inject_to: list[Pattern]
     inject_headers: bool = True
     inject_body: bool = False
+    # Extra header names that carry this credential (besides Authorization, x-api-key and names
+    # containing auth/key/token).
+    headers: list[Annotated[str, AfterValidator(_header_name)]] = Field(default_factory=list)
 
 
 class RateLimit(Strict):
@@ -228,15 +237,28 @@ class Entropy(Strict):
     body_min_bytes: Annotated[int, Field(ge=1)] = 256
     value_threshold: Annotated[float, Field(gt=0, le=8)] = 5.5
     value_min_bytes: Annotated[int, Field(ge=1)] = 64
+    # Optional refinements (unset: the inspector's defaults, see docs/cage.md).
+    decoded_min_bytes: Annotated[int, Field(ge=16)] | None = None
+    decoded_margin: Annotated[float, Field(ge=0, le=2)] | None = None
+    header_min_bytes: Annotated[int, Field(ge=16)] | None = None
+    header_exempt: list[str] | None = None
+    media_action: Literal["flag", "block"] | None = None
 
 
 class ContentType(Strict):
     enable: bool = True
     base64_min_chars: Annotated[int, Field(ge=16)] = 256
+    action: Literal["flag", "block"] | None = None
+
+
+def _import_path(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_]\w*|\.[A-Za-z_]\w*)", value):
+        raise ValueError("write an import path, package.module:Factory")
+    return value
 
 
 class CustomInspector(Strict):
-    name: str
+    name: Annotated[str, AfterValidator(_import_path)]  # package.module:Factory
     config: dict[str, object] = Field(default_factory=dict)
 
 

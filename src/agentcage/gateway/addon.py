@@ -5,9 +5,15 @@ Stages, in the order mitmproxy calls them:
 - `requestheaders`: find the target name (SNI, Host, or the request line), refuse SNI != Host,
   check the port, rate-limit per host, run the header-phase inspectors, then retarget the request
   to the name (the cage dialled the gateway's own address).
-- `request`: body-phase inspectors (issue 5 adds them).
+- `request`: the body-phase inspectors over the DECODED body (a body that cannot be decoded, or
+  decodes past `max_request_body`, is blocked), then secret injection: placeholders swapped for
+  real values where a rule allows (a placeholder toward any other host blocks).
 - `server_connect`: a second, stateless gate over every upstream connection.
-- `response` / `error` / `server_connect_error`: the audit record of what really happened.
+- `response`: every real secret value in the response (body and headers, any encoding the
+  redactor knows) replaced by its placeholder before the cage sees it; then the audit record.
+- `error` / `server_connect_error`: the audit record of what really happened.
+- `websocket_message`: frames from the cage go through the body-phase chain and injection;
+  frames from the server are redacted.
 
 Every hook is wrapped: an exception blocks the flow (403, or kill when a response cannot be set)
 and writes an audit record. Nothing is ever audited as allowed before an upstream answered.
@@ -20,7 +26,9 @@ import functools
 import json
 import sys
 import time
+import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mitmproxy import http
@@ -32,16 +40,86 @@ from agentcage.gateway.inspectors import (
     Decision,
     InspectionContext,
     Inspector,
+    Phase,
     RequestView,
-    run_chain,
 )
 from agentcage.gateway.ratelimit import HostRateLimiter
+from agentcage.inspect.chain import first_block, run_chain
 from agentcage.policy import Policy
+from agentcage.secrets.inject import Injector
+from agentcage.secrets.redact import Redactor
 
 META_AUDITED = "agentcage.audited"
 META_DECISIONS = "agentcage.decisions"
 META_TARGET = "agentcage.target"
+META_INJECTED = "agentcage.injected"
+META_REDACTED = "agentcage.redacted"
+META_PATH = "agentcage.path"  # the path as the cage sent it (audited: never an injected value)
 _RESPONDING_STAGES = ("requestheaders", "request", "http_connect", "response")
+DEFAULT_MAX_BODY = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Armour:
+    """What one version of the staged secrets gives the gateway: the inspector chain, the
+    injector and the redactor. Swapped as one object on reload, so a request sees one version."""
+
+    chain: tuple[Inspector, ...]
+    injector: Injector
+    redactor: Redactor
+    names: tuple[str, ...] = ()  # env names of the staged secrets (for the audit)
+    placeholders: tuple[str, ...] = ()  # of the staged secrets (for the reload ack)
+
+
+class BodyUnreadable(Exception):
+    """A request body the inspectors cannot see in full (unknown encoding, corrupt, too big)."""
+
+
+def decoded_body(message: http.Message, limit: int) -> bytes:
+    """The body with its Content-Encoding undone, never more than `limit` bytes decoded (a
+    compression bomb is refused, not inflated). Raises BodyUnreadable when it cannot be seen."""
+    raw = message.raw_content
+    if raw is None:
+        raise BodyUnreadable("body was streamed, not buffered")
+    encodings = [part.strip().lower() for value in message.headers.get_all("content-encoding")
+                 for part in value.split(",") if part.strip()]
+    data = raw
+    for encoding in reversed(encodings):
+        if encoding == "identity":
+            continue
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            wbits = 47 if encoding != "deflate" else 15  # 47: gzip or zlib header
+            try:
+                d = zlib.decompressobj(wbits)
+                out = d.decompress(data, limit + 1)
+                if encoding == "deflate" and not out and data:
+                    raise zlib.error("empty")
+            except zlib.error:
+                if encoding != "deflate":
+                    raise BodyUnreadable(f"corrupt {encoding} body") from None
+                try:  # raw deflate, as some clients send it
+                    d = zlib.decompressobj(-15)
+                    out = d.decompress(data, limit + 1)
+                except zlib.error:
+                    raise BodyUnreadable("corrupt deflate body") from None
+            if len(out) > limit or d.unconsumed_tail:
+                raise BodyUnreadable(f"body decodes to more than {limit} bytes")
+            data = out
+        else:
+            raise BodyUnreadable(f"cannot inspect a body with Content-Encoding {encoding!r}")
+    if len(data) > limit:
+        raise BodyUnreadable(f"body of more than {limit} bytes")
+    return data
+
+
+def _is_json(headers: http.Headers) -> bool:
+    kind = headers.get("content-type", "").split(";")[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
+
+
+def _raw_headers(items: Sequence[tuple[str, str]]) -> http.Headers:
+    return http.Headers([(k.encode("utf-8", "surrogateescape"),
+                          v.encode("utf-8", "surrogateescape")) for k, v in items])
 
 
 class Refusal(Exception):
@@ -107,14 +185,28 @@ class CageAddon:
         limiter: HostRateLimiter,
         clock: Callable[[], float] = time.time,
         fault_host: str | None = None,
+        injector: Injector | None = None,
+        redactor: Redactor | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
     ):
         self.policy = policy
         self.audit = audit
-        self.chain = tuple(chain)
+        self.armour = Armour(
+            tuple(chain), injector or Injector((), ()), redactor or Redactor(())
+        )
+        self.max_body = max_body
         self.tcp_ports = frozenset(tcp_ports)
         self.limiter = limiter
         self.clock = clock
         self.fault_host = fault_host
+
+    @property
+    def chain(self) -> tuple[Inspector, ...]:
+        return self.armour.chain
+
+    def rearm(self, armour: Armour) -> None:
+        """Use a new version of the staged secrets from the next request on (one assignment)."""
+        self.armour = armour
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -128,6 +220,7 @@ class CageAddon:
         target = flow.metadata.get(META_TARGET)
         host = host or (target[0] if target else req.host)
         port = port or (target[1] if target else req.port)
+        path = flow.metadata.get(META_PATH, req.path)
         self.audit(
             AuditRecord(
                 direction="outbound",
@@ -136,11 +229,13 @@ class CageAddon:
                 host=host,
                 method=req.method,
                 port=port,
-                path=req.path,
-                url=f"{req.scheme}://{host}:{port}{req.path}",
+                path=path,
+                url=f"{req.scheme}://{host}:{port}{path}",
                 by=by,
                 status=status,
                 inspectors=tuple(flow.metadata.get(META_DECISIONS, ())),
+                secrets_injected=tuple(flow.metadata.get(META_INJECTED, ())),
+                secrets_redacted=tuple(flow.metadata.get(META_REDACTED, ())),
             )
         )
 
@@ -259,11 +354,45 @@ class CageAddon:
         if flow.response or flow.error or flow.request.method == "CONNECT":
             return
         name, port = flow.metadata[META_TARGET]
-        blocker = self._inspect(flow, "body", name, port)
+        armour = self.armour  # one version of the secrets for the whole request
+        try:
+            body = decoded_body(flow.request, self.max_body)
+        except BodyUnreadable as e:
+            self._block(flow, f"request body cannot be inspected: {e}", "body", host=name)
+            return
+        blocker = self._inspect(flow, "body", name, port, body, armour)
         if blocker is not None:
             self._block(flow, blocker.reason, blocker.inspector, host=name)
+            return
+        self._inject(flow, name, body, armour)
 
-    def _inspect(self, flow: http.HTTPFlow, phase: str, name: str, port: int) -> Decision | None:
+    def _inject(self, flow: http.HTTPFlow, host: str, body: bytes, armour: Armour) -> None:
+        """Swap placeholders for real values where a rule allows; a placeholder toward any
+        other host blocks the request (nothing is injected anywhere then)."""
+        req = flow.request
+        injector = armour.injector
+        headers = injector.inject_headers(host, req.headers.items(multi=True))
+        url = injector.inject_url(host, req.path)
+        text = None
+        if body and b"agentcage" in body:
+            text = injector.inject_text(host, body, json_string=_is_json(req.headers))
+        refusals = [r.blocked for r in (headers, url, text) if r is not None and r.blocked]
+        if refusals:
+            self._block(flow, "; ".join(refusals), "injection", host=host)
+            return
+        names: set[str] = set(headers.injected) | set(url.injected)
+        if headers.injected:
+            req.headers = _raw_headers(headers.value)  # type: ignore[arg-type]
+        if url.injected:
+            flow.metadata[META_PATH] = req.path
+            req.path = url.value  # type: ignore[assignment]
+        if text is not None and text.injected:
+            names |= set(text.injected)
+            req.set_content(text.value)  # type: ignore[arg-type]  # re-encoded, length fixed
+        flow.metadata[META_INJECTED] = tuple(sorted(names))
+
+    def _inspect(self, flow: http.HTTPFlow, phase: Phase, name: str, port: int,
+                 body: bytes | None = None, armour: Armour | None = None) -> Decision | None:
         req = flow.request
         view = RequestView(
             method=req.method,
@@ -272,14 +401,15 @@ class CageAddon:
             port=port,
             path=req.path,
             headers=tuple((k, v) for k, v in req.headers.items(multi=True)),
-            body=req.raw_content if phase == "body" else None,
+            body=body if phase == "body" else None,
         )
         ctx = InspectionContext(self.policy(), self.clock())
-        result = run_chain(self.chain, phase, view, ctx)  # type: ignore[arg-type]
+        chain = (armour or self.armour).chain
+        decisions = run_chain(chain, view, ctx, phase=phase)
         recorded = list(flow.metadata.get(META_DECISIONS, ()))
-        recorded.extend(d.as_record() for d in result.decisions)
+        recorded.extend(d.as_record() for d in decisions)
         flow.metadata[META_DECISIONS] = recorded
-        return result.blocked_by
+        return first_block(decisions)
 
     @_guarded("server_connect")
     def server_connect(self, data: Any) -> None:
@@ -299,6 +429,7 @@ class CageAddon:
 
     @_guarded("response")
     def response(self, flow: http.HTTPFlow) -> None:
+        self._redact(flow)
         if flow.metadata.get(META_AUDITED):
             return
         flagged = any(d.get("action") == "flag" for d in flow.metadata.get(META_DECISIONS, ()))
@@ -310,12 +441,92 @@ class CageAddon:
             status=flow.response.status_code if flow.response else None,
         )
 
+    def _redact(self, flow: http.HTTPFlow) -> None:
+        """Every real value in the response replaced by its placeholder; a body that cannot be
+        decoded is replaced by a block (the cage never gets what could not be checked)."""
+        redactor = self.armour.redactor
+        resp = flow.response
+        if resp is None or redactor.empty:
+            return
+        names: set[str] = set()
+        new_headers, found = redactor.redact_headers(resp.headers.items(multi=True))
+        if found:
+            names |= found
+            resp.headers = _raw_headers(new_headers)
+        if resp.raw_content:
+            try:
+                content = resp.get_content(strict=True)
+            except ValueError:
+                content = None
+            if content is None:
+                host = _name(flow.request.host) or ""
+                flow.response = self._blocked_response(
+                    502, "response body cannot be decoded for redaction", host, "redaction")
+                return
+            redacted = redactor.redact(content)
+            if redacted.names:
+                names |= redacted.names
+                resp.set_content(redacted.data)  # type: ignore[arg-type]
+        if names:
+            flow.metadata[META_REDACTED] = tuple(sorted(names))
+
     @_guarded("error")
     def error(self, flow: http.HTTPFlow) -> None:
         if flow.metadata.get(META_AUDITED):
             return
         msg = flow.error.msg if flow.error else "unknown error"
+        if "body_size_limit" in msg:
+            self._record(flow, "blocked", f"body over the size limit: {msg}", "body-size")
+            return
         self._record(flow, "blocked", f"upstream error: {msg}", "upstream")
+
+    # ---- WebSocket -----------------------------------------------------------------------
+
+    @_guarded("websocket_message")
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """Frames from the cage: body-phase chain, then injection; from the server: redacted."""
+        assert flow.websocket is not None
+        message = flow.websocket.messages[-1]
+        armour = self.armour
+        name, port = flow.metadata.get(META_TARGET) or (_name(flow.request.host) or "",
+                                                        flow.request.port)
+        if not message.from_client:
+            if armour.redactor.empty:
+                return
+            redacted = armour.redactor.redact(message.content)
+            if redacted.names:
+                message.content = redacted.data  # type: ignore[assignment]
+                self._ws_record(flow, name, port, "allowed", "server frame redacted", "redaction",
+                                redacted=tuple(sorted(redacted.names)))
+            return
+        view = RequestView(method="WEBSOCKET", scheme=flow.request.scheme, host=name, port=port,
+                           path=flow.request.path, headers=(), body=message.content)
+        decisions = run_chain(armour.chain, view, InspectionContext(self.policy(), self.clock()),
+                              phase="body")
+        blocker = first_block(decisions)
+        if blocker is None:
+            text = armour.injector.inject_text(name, message.content)
+            if text.blocked:
+                blocker = Decision("block", text.blocked, "injection", "high")
+            elif text.injected:
+                message.content = text.value  # type: ignore[assignment]
+                self._ws_record(flow, name, port, "allowed", "frame injected", "injection",
+                                injected=text.injected, decisions=decisions)
+        if blocker is not None:
+            message.drop()
+            flow.kill()
+            self._ws_record(flow, name, port, "blocked", blocker.reason, blocker.inspector,
+                            decisions=decisions)
+
+    def _ws_record(self, flow: http.HTTPFlow, host: str, port: int, decision: str, reason: str,
+                   by: str, injected: tuple[str, ...] = (), redacted: tuple[str, ...] = (),
+                   decisions: Sequence[Decision] = ()) -> None:
+        self.audit(AuditRecord(
+            "websocket", decision, reason, host=host, method="WEBSOCKET", port=port,
+            path=flow.request.path, url=f"{flow.request.scheme}://{host}:{port}{flow.request.path}",
+            by=by, inspectors=tuple(d.as_record() for d in decisions),
+            secrets_injected=injected, secrets_redacted=redacted,
+        ))
 
     def tcp_start(self, flow: Any) -> None:
         flow.kill()

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from agentcage.addresses import UpstreamAddressRule
 from agentcage.gateway import resolver as dns
-from agentcage.gateway.addon import CageAddon
+from agentcage.gateway.addon import Armour, CageAddon
 from agentcage.gateway.audit import AuditLog, AuditRecord
 from agentcage.gateway.ca import install_ca, make_ca
 from agentcage.gateway.firewall import TABLE
-from agentcage.gateway.inspectors import build_chain
+from agentcage.gateway.inspectors import Decision
 from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
 from agentcage.gateway.ratelimit import HostRateLimiter
@@ -87,18 +87,91 @@ def _summarise(audit: AuditLog, last: dict[str, int]) -> dict[str, int]:
     return counts or last
 
 
+def arm(settings: GatewaySettings) -> Armour:
+    """The chain, injector and redactor for the staged secrets now on disk. Raises on anything
+    unusable (missing or unsafe staging file, bad rules or settings, a custom inspector that
+    does not load): the caller then does not serve, or on reload blocks everything."""
+    from agentcage.inspect import build_chain
+    from agentcage.secrets import Injector, Redactor, load_staged, rules_from_config
+
+    staged = load_staged(Path(settings.secrets_path)) if settings.secrets_path else ()
+    rules = rules_from_config(settings.secret_injection)
+    chain = build_chain(
+        staged=staged,
+        rules=rules,
+        entropy=settings.entropy,
+        content_type=settings.content_type,
+        max_request_body=settings.max_request_body,
+        custom=settings.inspectors,
+    )
+    return Armour(chain, Injector(rules, staged), Redactor(staged),
+                  tuple(sorted({s.env for s in staged})),
+                  tuple(sorted(str(s.placeholder) for s in staged)))
+
+
+class _Disarmed:
+    """The chain after a failed reload: every request is blocked until a reload succeeds."""
+
+    name = "secrets-reload"
+
+    def __init__(self, phase: str, reason: str):
+        self.phase, self.reason = phase, reason
+
+    def inspect(self, request, ctx) -> Decision:
+        return Decision("block", self.reason, self.name, "error")
+
+
+def _ack(settings: GatewaySettings, armour: Armour | None, error: str | None) -> None:
+    """Tell the CLI which placeholders are in force (placeholders only: never a value)."""
+    if not settings.reload_ack_path:
+        return
+    from agentcage.state import atomic_write
+
+    tokens = list(armour.placeholders) if armour is not None else []
+    doc = {"ok": error is None, "error": error, "placeholders": tokens, "ts": time.time()}
+    atomic_write(Path(settings.reload_ack_path), json.dumps(doc))
+
+
+def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog) -> None:
+    """SIGHUP: re-read the staged secrets (a rotation); on failure, fail closed."""
+    try:
+        armour = arm(settings)
+    except Exception as e:
+        reason = f"secrets reload failed: {type(e).__name__}: {e}"
+        from agentcage.secrets import Injector
+
+        # Keep redacting with the old values (they may still come back), inject nothing, and
+        # block every request until a reload succeeds.
+        addon.rearm(Armour(
+            (_Disarmed("headers", reason), _Disarmed("body", reason)),  # type: ignore[arg-type]
+            Injector((), ()), addon.armour.redactor,
+        ))
+        audit.write(AuditRecord("config", "blocked", reason, by="secrets"))
+        _ack(settings, None, reason)
+        return
+    addon.rearm(armour)
+    audit.write(AuditRecord("config", "allowed", "staged secrets reloaded", by="secrets",
+                            extra={"secrets": list(armour.names)}))
+    _ack(settings, armour, None)
+
+
 async def serve(settings: GatewaySettings, timings: dict[str, float] | None = None) -> int:
     audit_log = AuditLog(Path(settings.audit_path))
     holder = PolicyHolder(Path(settings.policy_path), audit_log.write)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
+    armour = arm(settings)  # raises: the gateway does not serve without its inspectors
     addon = CageAddon(
         policy=lambda: holder.current,
         audit=audit_log.write,
-        chain=build_chain(),
+        chain=armour.chain,
+        injector=armour.injector,
+        redactor=armour.redactor,
+        max_body=settings.max_request_body,
         tcp_ports=settings.tcp_ports,
         limiter=HostRateLimiter(settings.rate_per_second, settings.rate_burst),
         fault_host=os.environ.get(FAULT_ENV) or None,
     )
+    _ack(settings, armour, None)
     loop = asyncio.get_running_loop()
     assert isinstance(loop, GatewayEventLoop)
     loop.connector = UpstreamConnector(
@@ -132,12 +205,15 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         http3=False,
         ssl_insecure=False,
         ssl_verify_upstream_trusted_ca=settings.upstream_ca_path,
-        stream_large_bodies=str(settings.max_request_body),
+        # Never stream: a streamed body reaches upstream uninspected (and a streamed response
+        # unredacted). Bodies over the limit are refused (requests and responses alike).
+        body_size_limit=str(settings.max_request_body),
         termlog_verbosity="warn",
     )
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, master.shutdown)
+    loop.add_signal_handler(signal.SIGHUP, reload_secrets, settings, addon, audit_log)
     tasks = [
         asyncio.create_task(holder.watch()),
         asyncio.create_task(_count_drops(audit_log, settings.counter_interval_seconds)),

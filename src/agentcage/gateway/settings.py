@@ -34,6 +34,15 @@ class GatewaySettings:
     connect_timeout_seconds: int = 7
     max_request_body: int = 10 * 1024 * 1024
     counter_interval_seconds: float = 2.0
+    # Secrets and inspectors (issue 5). `secrets_path`: the staged secrets (tmpfs, 0600), read at
+    # start and again on SIGHUP; "" = this gateway has none. `reload_ack_path`: written after
+    # every (re)load with the outcome, so the CLI knows a rotation is in force.
+    secrets_path: str = ""
+    reload_ack_path: str = ""
+    secret_injection: tuple[dict, ...] = ()  # cage.yaml secret_injection entries
+    entropy: dict = field(default_factory=dict)  # cage.yaml entropy (EntropySettings keys)
+    content_type: dict = field(default_factory=dict)  # cage.yaml content_type
+    inspectors: tuple[dict, ...] = ()  # cage.yaml custom inspectors: {name, config}
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -50,7 +59,8 @@ class GatewaySettings:
         unknown = set(raw) - known
         if unknown:
             raise ValueError(f"unknown gateway settings: {sorted(unknown)}")
-        for key in ("dns_servers", "tcp_ports", "trusted_networks"):
+        for key in ("dns_servers", "tcp_ports", "trusted_networks", "secret_injection",
+                    "inspectors"):
             if key in raw:
                 raw[key] = tuple(raw[key])
         return cls(**raw)

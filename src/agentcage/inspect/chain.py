@@ -1,14 +1,15 @@
 """Running a chain: in order, first block wins, and an inspector that raises is a block.
 
-`run_chain` runs every inspector it is given (the caller selects by phase); the gateway's own
-`agentcage.gateway.inspectors.run_chain` does the same per phase and may adopt this one.
+The ONE chain runner: the gateway's addon calls `run_chain(chain, view, ctx, phase=...)` in
+`requestheaders` (phase "headers") and `request` / WebSocket messages (phase "body"); without a
+phase every inspector given runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Inspector, RequestView
+from agentcage.gateway.inspectors import Decision, InspectionContext, Inspector, Phase, RequestView
 
 
 def _name_of(inspector: object) -> str:
@@ -34,11 +35,17 @@ def run_one(inspector: Inspector, request: RequestView, ctx: InspectionContext) 
 
 
 def run_chain(
-    inspectors: Sequence[Inspector], request: RequestView, ctx: InspectionContext
+    inspectors: Sequence[Inspector],
+    request: RequestView,
+    ctx: InspectionContext,
+    phase: Phase | None = None,
 ) -> list[Decision]:
-    """Every decision up to and including the first block."""
+    """Every decision up to and including the first block (of `phase`'s inspectors only, when
+    given; an inspector whose phase cannot be read is run, so a broken one still blocks)."""
     decisions: list[Decision] = []
     for inspector in inspectors:
+        if phase is not None and getattr(inspector, "phase", phase) != phase:
+            continue
         decision = run_one(inspector, request, ctx)
         decisions.append(decision)
         if decision.action == "block":

@@ -153,6 +153,28 @@ class EntropyInspector:
                 return Decision("block", what, self.name, "high")
         return None
 
+    def _raw_verdict(self, where: str, body: bytes) -> Decision | None:
+        s = self.settings
+        if len(body) < s.body_min_bytes:
+            return None
+        windows = _sample(body, s.sample_window, s.sample_windows)
+        threshold = min(s.body_threshold, random_expectation(len(windows[0])) - 0.5)
+        h = max(shannon(w, threshold) for w in windows)
+        if h < threshold:
+            return None
+        verdict = Decision(
+            "block", f"high-entropy {where} ({len(body)} bytes, {h:.2f} bits/byte)", self.name,
+            "high",
+        )
+        if body.startswith(MEDIA_MAGIC):
+            verdict = Decision(
+                s.media_action,
+                verdict.reason + ", compressed media",
+                self.name,
+                "warning" if s.media_action == "flag" else "high",
+            )
+        return verdict
+
     def _values(self, request: RequestView) -> Iterator[tuple[str, bytes]]:
         for v in _query_parts(request.path):
             yield "query value", v
@@ -187,27 +209,15 @@ class EntropyInspector:
                 return verdict
             flagged = flagged or verdict
         body = request.body or b""
-        if len(body) >= s.body_min_bytes:
-            windows = _sample(body, s.sample_window, s.sample_windows)
-            threshold = min(s.body_threshold, random_expectation(len(windows[0])) - 0.5)
-            h = max(shannon(w, threshold) for w in windows)
-            if h >= threshold:
-                verdict = Decision(
-                    "block",
-                    f"high-entropy body ({len(body)} bytes, {h:.2f} bits/byte)",
-                    self.name,
-                    "high",
-                )
-                if body.startswith(MEDIA_MAGIC):
-                    verdict = Decision(
-                        s.media_action,
-                        verdict.reason + ", compressed media",
-                        self.name,
-                        "warning" if s.media_action == "flag" else "high",
-                    )
-                if verdict.action == "block":
-                    return verdict
-                flagged = flagged or verdict
+        bodies = [("body", body)]
+        if body.count(b"%") >= s.decoded_min_bytes:
+            # Percent-encoded bytes (a form field, %XX everywhere): measured once decoded too.
+            bodies.append(("url-encoded body", unquote_to_bytes(body)))
+        for where, data in bodies:
+            verdict = self._raw_verdict(where, data)
+            if verdict is not None and verdict.action == "block":
+                return verdict
+            flagged = flagged or verdict
         if len(body) >= -(-4 * s.decoded_min_bytes // 3):
             verdict = self._decoded_verdict("body", self.cache.index(body), s.decoded_min_bytes)
             if verdict is not None and verdict.action == "block":

@@ -1,8 +1,8 @@
 """The inspectors of issue 5, and how to build the whole chain from a cage's configuration.
 
-`REGISTRY` can be merged into the gateway's (every factory works without arguments, with the
-reference defaults). `build_chain` builds the configured chain in the seed's order: domain,
-secrets, body-size, entropy, content-type, then custom inspectors.
+`REGISTRY` is the ONE registry of built-in inspectors, in the order they run (every factory works
+without arguments, with the reference defaults). `build_chain` builds the configured chain in
+that order: domain, secrets, body-size, entropy, content-type, then custom inspectors.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from agentcage.secrets.staging import StagedSecret
 
 REGISTRY: Mapping[str, Callable[[], Inspector]] = MappingProxyType(
     {
+        "domain": DomainInspector,
         "secrets": SecretsInspector,
         "body-size": BodySizeInspector,
         "entropy": EntropyInspector,
         "content-type": ContentTypeInspector,
     }
 )
-ORDER = ("domain", "secrets", "body-size", "entropy", "content-type")
+ORDER = tuple(REGISTRY)
 
 
 def _settings(cls: type, values: Mapping[str, Any] | Any, section: str) -> Any:

@@ -1,0 +1,66 @@
+"""`agentcage secret set|list|rm|rotate-placeholders` as real subprocesses on a running cage:
+values only ever go in on stdin, never come out, and a rotation reaches the gateway at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+
+import pytest
+
+from tests.agentcage.conftest import cage_yaml, make_project
+from tests.agentcage.test_cli import AGENTCAGE, agentcage, home  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.netns
+
+RULES = """
+secret_injection:
+  - env: API_TOKEN
+    inject_to: [api.example.test]
+"""
+
+
+def secret_set(root, name: str, key: str, value: bytes) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AGENTCAGE_HOME": str(root / "home")}
+    return subprocess.run([*AGENTCAGE, "secret", "set", name, key], input=value.decode(),
+                          env=env, capture_output=True, text=True, timeout=90, cwd=root)
+
+
+def test_secret_verbs_on_a_running_cage(home, net):  # noqa: F811
+    value = "tok-" + secrets.token_hex(16)
+    project = make_project(home / "work")
+    config = home / "cage.yaml"
+    config.write_text(cage_yaml(net, "sec", ["api.example.test"], extra=RULES))
+    assert agentcage(home, "cage", "create", "-c", str(config), "--project",
+                     str(project)).returncode == 0
+    r = secret_set(home, "sec", "API_TOKEN", value.encode() + b"\n")
+    assert r.returncode == 0, r.stderr
+    assert "reloaded" in r.stdout and value not in r.stdout + r.stderr
+    r = secret_set(home, "sec", "UNBOUND", b"x-" + secrets.token_hex(8).encode())
+    assert r.returncode == 0 and "never injected" in r.stderr
+    assert secret_set(home, "sec", "EMPTY", b"").returncode == 1  # an empty value is refused
+
+    listing = agentcage(home, "secret", "list", "sec", "--json")
+    assert listing.returncode == 0 and value not in listing.stdout
+    doc = json.loads(listing.stdout)
+    by_name = {e["name"]: e for e in doc["secrets"]}
+    assert by_name["API_TOKEN"]["inject_to"] == ["api.example.test"]
+    assert by_name["UNBOUND"]["inject_to"] == [] and by_name["UNBOUND"]["stored"]
+    old = by_name["API_TOKEN"]["placeholder"]
+    assert agentcage(home, "exec", "sec", "--", "printenv", "API_TOKEN").stdout.strip() == old
+    assert "UNBOUND" not in agentcage(home, "exec", "sec", "--", "env").stdout  # no rule, no env
+
+    r = agentcage(home, "secret", "rotate-placeholders", "sec", "API_TOKEN")
+    assert r.returncode == 0 and "only the new placeholders" in r.stdout, r.stderr
+    new = agentcage(home, "exec", "sec", "--", "printenv", "API_TOKEN").stdout.strip()
+    assert new != old and new.startswith("agentcage:secret:API_TOKEN:") and new in r.stdout
+    assert agentcage(home, "secret", "rotate-placeholders", "sec", "NOPE").returncode == 1
+
+    assert agentcage(home, "secret", "rm", "sec", "UNBOUND").returncode == 0
+    assert agentcage(home, "secret", "rm", "sec", "UNBOUND").returncode == 1
+    assert "UNBOUND" not in agentcage(home, "secret", "list", "sec").stdout
+    r = agentcage(home, "logs", "sec", "--json")
+    assert value not in r.stdout
+    assert agentcage(home, "destroy", "sec", "--yes").returncode == 0
