@@ -279,6 +279,9 @@ class CageService:
 
     # ---- logs -----------------------------------------------------------------------------
 
+    def capture_path(self, name: str) -> Path:
+        return self._existing(name).capture
+
     def audit_path(self, name: str) -> Path:
         return self._existing(name).audit
 
@@ -288,6 +291,25 @@ class CageService:
 
     def audit(self, name: str) -> list[dict[str, Any]]:
         return read_audit(self.audit_path(name))
+
+    def har(self, name: str, view: str = "inbound") -> tuple[dict[str, Any], int]:
+        """The cage's capture (capture.jsonl and its rotations) as HAR 1.2 in `view`, and how
+        many lines or records were skipped because they were torn or corrupt."""
+        from agentcage.gateway.capture import capture_files, read_capture
+        from agentcage.har import VIEWS, convert
+
+        if view not in VIEWS:
+            raise ConfigError(f"--view must be one of {', '.join(VIEWS)}, not {view!r}")
+        cage = self._existing(name)
+        files = capture_files(cage.capture)
+        if not files:
+            enabled = load_config(cage.config).capture.enable_har
+            hint = ("no flow was captured yet" if enabled
+                    else "set capture.enable_har: true in cage.yaml and recreate the cage")
+            raise StateError(f"cage {name!r} has no capture: {hint}")
+        records, bad_lines = read_capture(files)
+        doc, bad_records = convert(records, view)
+        return doc, bad_lines + bad_records
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -280,6 +280,35 @@ cage.command("logs")(_logs_command())
 cage.command("audit")(_logs_command())  # the seed's `cage audit NAME --summary`
 
 
+def _har_command():
+    @click.argument("name")
+    @click.option("--output", "-o", required=True,
+                  type=click.Path(dir_okay=False, path_type=Path), help="the .har file to write")
+    @click.option("--view", type=click.Choice(["inbound", "outbound"]), default="inbound",
+                  show_default=True,
+                  help="inbound: what the cage saw (placeholders, safe to share); "
+                       "outbound: what went on the wire (REAL secret values)")
+    def command(name: str, output: Path, view: str) -> None:
+        """Export cage NAME's captured traffic as HAR 1.2 (needs capture.enable_har)."""
+        from agentcage.state import atomic_write
+
+        doc, skipped = _service().har(name, view)
+        if view == "outbound":
+            err.print("warning: the outbound view holds the REAL secret values injected on the "
+                      f"wire; {output} is written 0600: do not share it", markup=False)
+        atomic_write(output, json.dumps(doc, indent=1) + "\n", mode=0o600)
+        if skipped:
+            err.print(f"warning: skipped {skipped} corrupt capture record(s)", markup=False)
+        out.print(f"wrote {output}: {len(doc['log']['entries'])} entries ({view} view)",
+                  markup=False)
+
+    return command
+
+
+cage.command("har")(_har_command())
+cli.command("har")(_har_command())
+
+
 # ---- secrets: values go in through a hidden prompt or stdin, never argv, and never come out --
 
 @cli.group()

@@ -83,6 +83,7 @@ class CageDir:
     gateway_log = property(lambda self: self.root / "gateway.log")
     gateway_ready = property(lambda self: self.root / "gateway.ready")
     audit = property(lambda self: self.root / "audit.jsonl")
+    capture = property(lambda self: self.root / "capture.jsonl")  # + .1, .2... (rotated)
     workload_log = property(lambda self: self.root / "workload.log")
     ca_dir = property(lambda self: self.root / "ca")
     ca_cert = property(lambda self: self.root / "ca" / "mitmproxy-ca-cert.pem")

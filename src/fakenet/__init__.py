@@ -1,7 +1,8 @@
 """fakenet: a fake internet made of Linux network namespaces, for tests, benchmarks and demos.
 
-Real DNS, HTTP(S), sink and echo servers in an "internet" namespace, clients linked to it (open,
-blackholed, isolated), and records of everything that arrived. Needs root.
+Real DNS, HTTP(S) (with a WebSocket echo endpoint at /ws), sink and echo servers in an
+"internet" namespace, clients linked to it (open, blackholed, isolated), and records of
+everything that arrived (WebSocket messages unmasked, so `received()` sees them). Needs root.
 
     with FakeInternet() as net:
         client = net.add_client()

@@ -38,6 +38,13 @@ class HttpRequest:
             return "keep-alive" in connection
         return "close" not in connection
 
+    @property
+    def upgrades_to_websocket(self) -> bool:
+        """A WebSocket handshake: what follows it on the connection is not HTTP."""
+        connection = {t.strip().lower() for t in (self.header("connection") or "").split(",")}
+        return (self.method == "GET" and "upgrade" in connection
+                and (self.header("upgrade") or "").strip().lower() == "websocket")
+
 
 @dataclass(frozen=True)
 class _Head:
@@ -51,16 +58,27 @@ class _Head:
 class RequestParser:
     def __init__(self) -> None:
         self._buf = bytearray()
+        self.upgraded = False
 
     def feed(self, data: bytes) -> list[HttpRequest]:
-        """Add bytes; return every request they complete. Raises HttpParseError on garbage."""
+        """Add bytes; return every request they complete. Raises HttpParseError on garbage.
+
+        Stops after a WebSocket handshake: the bytes after it are kept for `leftover()`."""
         self._buf += data
-        done = []
-        while True:
+        done: list[HttpRequest] = []
+        while not self.upgraded:
             request = self._next()
             if request is None:
                 return done
             done.append(request)
+            self.upgraded = request.upgrades_to_websocket
+        return done
+
+    def leftover(self) -> bytes:
+        """What arrived after the last request returned (after an upgrade: the first frames)."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
 
     def wants_continue(self) -> bool:
         """The request being received asked for `100 Continue` and its body is still to come."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import itertools
 import json
 import ssl
 
+from fakenet import websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
 from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
 
@@ -47,6 +50,10 @@ async def handle_http(ctx: ServerContext, tls: bool,
                 return
             for request in requests:
                 ctx.records.http(_record(request, tls=tls, peer=peer, port=port, sni=sni))
+                if request.upgrades_to_websocket:
+                    await _websocket(ctx, tls, request, parser.leftover(), reader, writer,
+                                     port=port, peer=peer, conn=conn)
+                    return
                 writer.write(_echo(request, tls))
                 await writer.drain()
                 if not request.keep_alive:
@@ -61,6 +68,45 @@ async def handle_http(ctx: ServerContext, tls: bool,
         pass
     finally:
         await close_quietly(writer)
+
+
+async def _websocket(ctx: ServerContext, tls: bool, request: HttpRequest, leftover: bytes,
+                     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
+                     port: int, peer: str, conn: str) -> None:
+    """The `/ws` echo endpoint; a handshake anywhere else, or a bad one, gets a 400."""
+    key = request.header("sec-websocket-key") or ""
+    problem = None
+    if request.target.split("?", 1)[0] != websocket.PATH:
+        problem = f"WebSocket only at {websocket.PATH}"
+    elif request.header("sec-websocket-version") != "13":
+        problem = "Sec-WebSocket-Version must be 13"
+    elif len(_b64decode(key)) != 16:
+        problem = "Sec-WebSocket-Key must be 16 bytes, base64"
+    if problem is not None:
+        writer.write(_response(400, {"error": problem}, keep_alive=False))
+        await writer.drain()
+        return
+    writer.write(websocket.handshake_response(key))
+    await writer.drain()
+    messages = itertools.count()
+    proto = "wss" if tls else "ws"
+
+    def on_bytes(data: bytes) -> None:
+        ctx.records.sink("tls" if tls else "tcp", port, peer, conn, data)
+
+    def on_message(message: websocket.Message) -> None:
+        # One record per message, unmasked: what the client really sent.
+        ctx.records.sink(proto, port, peer, f"{conn}/ws-{next(messages)}", message.payload)
+
+    await websocket.serve(reader, writer, leftover, ctx.config.http_idle_timeout,
+                          on_bytes, on_message)
+
+
+def _b64decode(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return b""
 
 
 def _record(request: HttpRequest, *, tls: bool, peer: str, port: int,

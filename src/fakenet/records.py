@@ -20,7 +20,8 @@ _FILES = (SINK_FILE, DNS_FILE, HTTP_FILE)
 class SinkRecord(NamedTuple):
     """Bytes one connection (TCP) or one datagram (UDP) delivered to a server.
 
-    proto is "tcp", "udp", or "tls" (the decrypted bytes an HTTPS server read).
+    proto is "tcp", "udp", or "tls" (the decrypted bytes an HTTPS server read), or "ws" / "wss":
+    one WebSocket message (text or binary) a `/ws` endpoint received, unmasked and reassembled.
     """
 
     proto: str

@@ -1,5 +1,5 @@
 """The addon's secret handling, driven with mitmproxy's own test flows: decoded bodies, injection,
-redaction, WebSocket frames (fakenet has no WebSocket server, so frames are tested here only),
+redaction, WebSocket frames (end to end through a real gateway: test_websocket_world.py),
 and the gateway's reload (SIGHUP) failing closed."""
 
 from __future__ import annotations

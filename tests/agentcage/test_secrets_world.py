@@ -2,8 +2,8 @@
 nftables), its real mitmproxy gateway, and fakenet's HTTPS servers, which record every request.
 
 Every blocked case is paired with a control that must succeed, so a broken harness (no network,
-a gateway that blocks everything) cannot pass for a secure cage. fakenet has no WebSocket server,
-so WebSocket frames are covered by the addon tests only (test_addon_secrets.py), not here.
+a gateway that blocks everything) cannot pass for a secure cage. WebSocket frames: see
+test_websocket_world.py (fakenet's `/ws` echo endpoint) and test_addon_secrets.py.
 """
 
 from __future__ import annotations
@@ -47,21 +47,28 @@ def forms(value: bytes) -> list[bytes]:
             value.hex().encode(), "".join(f"%{b:02x}" for b in value).encode()]
 
 
-@pytest.fixture(scope="module")
-def cage(net):
-    gen = start_cage(net, "secrets", ALLOW, extra=EXTRA)
+def secrets_cage(net, name: str):
+    """A running cage with the canary secret ENV=VALUE (rule: EXTRA) and the leaked files
+    planted in its workspace (/workspace/leaked.key, /workspace/leaked.bin)."""
+    gen = start_cage(net, name, ALLOW, extra=EXTRA)
     handle = next(gen)
     try:
         # set on the running cage: stored on the host, staged, and the gateway reloads
         result = handle.service.secret_set(handle.name, ENV, VALUE.encode())
         assert result["applied"] and result["has_rule"]
-        for name, data in (("leaked.key", LEAKED_KEY.encode()), ("leaked.bin", LEAKED_RANDOM)):
-            path = handle.project / name
+        for filename, data in (("leaked.key", LEAKED_KEY.encode()),
+                               ("leaked.bin", LEAKED_RANDOM)):
+            path = handle.project / filename
             path.write_bytes(data)
             os.chown(path, AGENT_UID, AGENT_UID)
         yield handle
     finally:
         gen.close()
+
+
+@pytest.fixture(scope="module")
+def cage(net):
+    yield from secrets_cage(net, "secrets")
 
 
 def placeholder(cage) -> str:

@@ -6,6 +6,7 @@ pass for a sealed one.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
@@ -266,6 +267,44 @@ print(json.dumps({{}}))""")
     counts = fresh.packet_counts()
     assert counts["tcp"] - before["tcp"] >= 3  # handshake, at least
     assert counts["udp"] == 0 and counts["icmp"] == 0  # an IP literal: no DNS, nothing else
+
+
+def run_ws(client: Client, spec: dict) -> dict:
+    """tests/ws_client.py in the client's namespace."""
+    source = (Path(__file__).parent.parent / "ws_client.py").read_text()
+    result = client.run([sys.executable, "-c", source, json.dumps(spec)], capture_output=True,
+                        text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("tls", [True, False])
+def test_websocket_echo_is_recorded_per_message(fresh: FakeInternet, client: Client,
+                                                tls: bool) -> None:
+    big = os.urandom(70000)
+    spec = {"host": "api.example.test", "port": 443 if tls else 80, "tls": tls,
+            "cafile": str(fresh.ca_cert_path),
+            "messages": [{"type": "text", "text": "hello-ws-\u00e9"},
+                         {"type": "binary", "data": base64.b64encode(big).decode()}]}
+    got = run_ws(client, spec)
+    assert got["status"] == 101 and got["accept_ok"]
+    assert [base64.b64decode(r["echo"]) for r in got["results"]] == [
+        "hello-ws-\u00e9".encode(), big]
+    assert [r["type"] for r in got["results"]] == ["text", "binary"]
+    assert got["close"].startswith("close frame 1000")
+    proto = "wss" if tls else "ws"
+    messages = [r.data for r in fresh.sink_records() if r.proto == proto]
+    assert messages == ["hello-ws-\u00e9".encode(), big]
+    assert fresh.received(big[1000:1100])  # unmasked: received() sees the payload
+    [handshake] = [r for r in fresh.http_requests() if r["path"] == "/ws"]
+    assert handshake["headers"]["upgrade"] == "websocket" and handshake["tls"] is tls
+
+
+def test_websocket_handshake_elsewhere_is_refused(fresh: FakeInternet, client: Client) -> None:
+    got = run_ws(client, {"host": "api.example.test", "cafile": str(fresh.ca_cert_path),
+                          "path": "/not-ws", "messages": [{"type": "text", "text": "x"}]})
+    assert got["status"] == 400 and got["results"] == []
+    assert not any(r.proto == "wss" for r in fresh.sink_records())
 
 
 # --- attach ----------------------------------------------------------------------------------

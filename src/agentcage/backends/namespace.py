@@ -200,6 +200,8 @@ class NamespaceBackend:
             entropy=config.entropy.model_dump(exclude_none=True),
             content_type=config.content_type.model_dump(exclude_none=True),
             inspectors=tuple(i.model_dump() for i in config.inspectors),
+            capture=config.capture.model_dump(),
+            capture_path=str(cage.capture),
         )
         host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))
         atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal

@@ -284,7 +284,10 @@ class Agents(Strict):
 class Capture(Strict):
     enable_har: bool = False
     max_body_size: Annotated[int, Field(ge=1024**2, le=10 * 1024**2)] = 1024**2
-    max_files: Annotated[int, Field(ge=1)] = 5
+    # rotation: capture.jsonl is rotated when a line would take it past max_file_size;
+    # max_files files are kept in all (so at most max_files * max_file_size on disk)
+    max_file_size: Annotated[int, Field(ge=1024**2)] = 64 * 1024**2
+    max_files: Annotated[int, Field(ge=1, le=100)] = 5
     include_domains: list[Pattern] = Field(default_factory=list)
     exclude_domains: list[Pattern] = Field(default_factory=list)
 

@@ -12,6 +12,10 @@ Stages, in the order mitmproxy calls them:
 - `response`: every real secret value in the response (body and headers, any encoding the
   redactor knows) replaced by its placeholder before the cage sees it; then the audit record.
 - `error` / `server_connect_error`: the audit record of what really happened.
+- capture (`capture.enable_har`): the cage's request is copied in `request` before injection, the
+  server's response in `response` before redaction; one capture.jsonl line is written once the
+  cage's side is final (`response`, `error`, a refused CONNECT). Capture never decides: its
+  failures are audited and swallowed.
 - `websocket_message`: frames from the cage go through the body-phase chain and injection;
   frames from the server are redacted.
 
@@ -36,6 +40,7 @@ from mitmproxy.proxy.mode_specs import TransparentMode
 
 from agentcage.addresses import parse_ip
 from agentcage.gateway.audit import AuditRecord
+from agentcage.gateway.capture import CaptureLog, request_doc, response_doc
 from agentcage.gateway.inspectors import (
     Decision,
     InspectionContext,
@@ -55,6 +60,13 @@ META_TARGET = "agentcage.target"
 META_INJECTED = "agentcage.injected"
 META_REDACTED = "agentcage.redacted"
 META_PATH = "agentcage.path"  # the path as the cage sent it (audited: never an injected value)
+META_VERDICT = "agentcage.verdict"  # {decision, reason, by} of the audit record
+# Capture (capture.jsonl): the request as the cage sent it, taken in `request` BEFORE injection
+# (None: that snapshot failed, and the flow is then captured without it); whether the flow went
+# upstream; the response as the server sent it, taken in `response` BEFORE redaction.
+META_CAPTURE_IN = "agentcage.capture.inbound_request"
+META_FORWARDED = "agentcage.forwarded"
+META_CAPTURE_OUT = "agentcage.capture.outbound_response"
 _RESPONDING_STAGES = ("requestheaders", "request", "http_connect", "response")
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 
@@ -188,6 +200,7 @@ class CageAddon:
         injector: Injector | None = None,
         redactor: Redactor | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        capture: CaptureLog | None = None,
     ):
         self.policy = policy
         self.audit = audit
@@ -199,6 +212,7 @@ class CageAddon:
         self.limiter = limiter
         self.clock = clock
         self.fault_host = fault_host
+        self.capture = capture
 
     @property
     def chain(self) -> tuple[Inspector, ...]:
@@ -216,6 +230,7 @@ class CageAddon:
         if flow.metadata.get(META_AUDITED):
             return
         flow.metadata[META_AUDITED] = True
+        flow.metadata[META_VERDICT] = {"decision": decision, "reason": reason, "by": by}
         req = flow.request
         target = flow.metadata.get(META_TARGET)
         host = host or (target[0] if target else req.host)
@@ -325,6 +340,7 @@ class CageAddon:
         why = self.name_refusal(host, port)
         if why is not None:
             self._block(flow, why, "connect", host=host)
+            self._capture(flow)
 
     @_guarded("requestheaders")
     def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -364,6 +380,7 @@ class CageAddon:
         if blocker is not None:
             self._block(flow, blocker.reason, blocker.inspector, host=name)
             return
+        self._snapshot_inbound(flow, name, port, body, armour)  # before injection changes it
         self._inject(flow, name, body, armour)
 
     def _inject(self, flow: http.HTTPFlow, host: str, body: bytes, armour: Armour) -> None:
@@ -390,6 +407,7 @@ class CageAddon:
             names |= set(text.injected)
             req.set_content(text.value)  # type: ignore[arg-type]  # re-encoded, length fixed
         flow.metadata[META_INJECTED] = tuple(sorted(names))
+        flow.metadata[META_FORWARDED] = True
 
     def _inspect(self, flow: http.HTTPFlow, phase: Phase, name: str, port: int,
                  body: bytes | None = None, armour: Armour | None = None) -> Decision | None:
@@ -429,17 +447,20 @@ class CageAddon:
 
     @_guarded("response")
     def response(self, flow: http.HTTPFlow) -> None:
+        if not flow.metadata.get(META_AUDITED):  # the server's answer, not one of ours
+            self._snapshot_outbound_response(flow)
         self._redact(flow)
-        if flow.metadata.get(META_AUDITED):
-            return
-        flagged = any(d.get("action") == "flag" for d in flow.metadata.get(META_DECISIONS, ()))
-        self._record(
-            flow,
-            "flagged" if flagged else "allowed",
-            "upstream answered",
-            "upstream",
-            status=flow.response.status_code if flow.response else None,
-        )
+        if not flow.metadata.get(META_AUDITED):
+            flagged = any(d.get("action") == "flag"
+                          for d in flow.metadata.get(META_DECISIONS, ()))
+            self._record(
+                flow,
+                "flagged" if flagged else "allowed",
+                "upstream answered",
+                "upstream",
+                status=flow.response.status_code if flow.response else None,
+            )
+        self._capture(flow)
 
     def _redact(self, flow: http.HTTPFlow) -> None:
         """Every real value in the response replaced by its placeholder; a body that cannot be
@@ -477,8 +498,134 @@ class CageAddon:
         msg = flow.error.msg if flow.error else "unknown error"
         if "body_size_limit" in msg:
             self._record(flow, "blocked", f"body over the size limit: {msg}", "body-size")
+        else:
+            self._record(flow, "blocked", f"upstream error: {msg}", "upstream")
+        self._capture(flow, error=msg)
+
+    # ---- capture (never decides anything: every failure is audited and swallowed) ----------
+
+    def _capture_failed(self, reason: str) -> None:
+        try:
+            self.audit(AuditRecord("capture", "flagged", reason, by="capture"))
+        except Exception as again:
+            print(f"agentcage-gateway: {reason} (and auditing it failed: {again!r})",
+                  file=sys.stderr, flush=True)
+
+    def _capture_host(self, flow: http.HTTPFlow) -> tuple[str, int]:
+        target = flow.metadata.get(META_TARGET)
+        if target:
+            return target
+        req = flow.request
+        if req.method != "CONNECT":
+            header_host, header_port = split_host_header(req.host_header)
+            if header_host:
+                return header_host, header_port or req.port
+        return _name(req.host) or "", req.port
+
+    def _inbound_request(self, flow: http.HTTPFlow, host: str, port: int,
+                         body: bytes | None, armour: Armour) -> dict[str, Any]:
+        """The request as the cage sent it; any real value in it (however it got into the
+        cage) replaced by its placeholder, so the inbound view never holds one."""
+        assert self.capture is not None
+        req = flow.request
+        doc = request_doc(req, host, port, self.capture.config.max_body_size, body=body)
+        redactor = armour.redactor
+        if not redactor.empty:
+            headers, _ = redactor.redact_headers([(k, v) for k, v in doc["headers"]])
+            doc["headers"] = [[k, v] for k, v in headers]
+            doc["path"] = redactor.redact_text(doc["path"])[0]
+            b = doc.get("body") or {}
+            if "text" in b:
+                b["text"] = redactor.redact_text(b["text"])[0]
+            elif "base64" in b:
+                import base64
+
+                raw = base64.b64decode(b["base64"])
+                b["base64"] = base64.b64encode(redactor.redact(raw).data).decode()
+        return doc
+
+    def _snapshot_inbound(self, flow: http.HTTPFlow, host: str, port: int, body: bytes,
+                          armour: Armour) -> None:
+        if self.capture is None:
             return
-        self._record(flow, "blocked", f"upstream error: {msg}", "upstream")
+        # set first: whatever fails below, the request is never re-read after injection
+        flow.metadata[META_CAPTURE_IN] = None
+        try:
+            if not self.capture.config.wants(host):
+                return
+            flow.metadata[META_CAPTURE_IN] = self._inbound_request(flow, host, port, body,
+                                                                   armour)
+        except Exception as e:
+            self._capture_failed(f"capture of the inbound request failed: "
+                                 f"{type(e).__name__}: {e}")
+
+    def _snapshot_outbound_response(self, flow: http.HTTPFlow) -> None:
+        if self.capture is None or flow.response is None:
+            return
+        try:
+            if not self.capture.config.wants(self._capture_host(flow)[0]):
+                return
+            flow.metadata[META_CAPTURE_OUT] = response_doc(
+                flow.response, self.capture.config.max_body_size)
+        except Exception as e:
+            self._capture_failed(f"capture of the upstream response failed: "
+                                 f"{type(e).__name__}: {e}")
+
+    def _capture(self, flow: http.HTTPFlow, error: str | None = None) -> None:
+        """Write the flow's capture line (called once the cage's side is final)."""
+        if self.capture is None:
+            return
+        try:
+            host, port = self._capture_host(flow)
+            if not self.capture.config.wants(host):
+                return
+            record = self._capture_record(flow, host, port, error)
+        except Exception as e:
+            self._capture_failed(f"capture of a flow failed: {type(e).__name__}: {e}")
+            return
+        self.capture.write(record)
+
+    def _capture_record(self, flow: http.HTTPFlow, host: str, port: int,
+                        error: str | None) -> dict[str, Any]:
+        assert self.capture is not None
+        cap = self.capture.config.max_body_size
+        meta = flow.metadata
+        req, resp = flow.request, flow.response
+        if META_CAPTURE_IN in meta:
+            inbound_request = meta[META_CAPTURE_IN]
+        else:  # the flow never reached injection: flow.request is still the cage's
+            inbound_request = self._inbound_request(flow, host, port, None, self.armour)
+        outbound = None
+        if meta.get(META_FORWARDED):
+            outbound = {
+                "request": request_doc(req, host, port, cap),
+                "response": meta.get(META_CAPTURE_OUT),
+            }
+        verdict = meta.get(META_VERDICT) or {}
+        return {
+            "v": 1,
+            "id": flow.id,
+            "ts": req.timestamp_start,
+            "timestamps": {
+                "request_start": req.timestamp_start,
+                "request_end": req.timestamp_end,
+                "response_start": resp.timestamp_start if resp else None,
+                "response_end": resp.timestamp_end if resp else None,
+            },
+            "host": host,
+            "port": port,
+            "decision": verdict.get("decision"),
+            "by": verdict.get("by"),
+            "reason": verdict.get("reason"),
+            "error": error,
+            "secrets_injected": list(meta.get(META_INJECTED, ())),
+            "secrets_redacted": list(meta.get(META_REDACTED, ())),
+            "inbound": {
+                "request": inbound_request,
+                "response": response_doc(resp, cap) if resp is not None else None,
+            },
+            "outbound": outbound,
+        }
 
     # ---- WebSocket -----------------------------------------------------------------------
 

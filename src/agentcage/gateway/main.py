@@ -21,6 +21,7 @@ from agentcage.gateway import resolver as dns
 from agentcage.gateway.addon import Armour, CageAddon
 from agentcage.gateway.audit import AuditLog, AuditRecord
 from agentcage.gateway.ca import install_ca, make_ca
+from agentcage.gateway.capture import CaptureConfig, CaptureLog
 from agentcage.gateway.firewall import TABLE
 from agentcage.gateway.inspectors import Decision
 from agentcage.gateway.policyholder import PolicyHolder
@@ -160,6 +161,14 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
     holder = PolicyHolder(Path(settings.policy_path), audit_log.write)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
+    capture_config = CaptureConfig.from_settings(settings.capture)
+    capture = None
+    if capture_config.enable and settings.capture_path:
+        capture = CaptureLog(
+            Path(settings.capture_path), capture_config,
+            on_failure=lambda reason: audit_log.write(
+                AuditRecord("capture", "flagged", reason, by="capture")),
+        )
     addon = CageAddon(
         policy=lambda: holder.current,
         audit=audit_log.write,
@@ -170,6 +179,7 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         tcp_ports=settings.tcp_ports,
         limiter=HostRateLimiter(settings.rate_per_second, settings.rate_burst),
         fault_host=os.environ.get(FAULT_ENV) or None,
+        capture=capture,
     )
     _ack(settings, armour, None)
     loop = asyncio.get_running_loop()
@@ -230,6 +240,8 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         tcp.close()
         with contextlib.suppress(FileNotFoundError):
             Path(settings.ready_path).unlink()
+        if capture is not None:
+            capture.close()
         audit_log.close()
     return 0
 

@@ -43,6 +43,10 @@ class GatewaySettings:
     entropy: dict = field(default_factory=dict)  # cage.yaml entropy (EntropySettings keys)
     content_type: dict = field(default_factory=dict)  # cage.yaml content_type
     inspectors: tuple[dict, ...] = ()  # cage.yaml custom inspectors: {name, config}
+    # Capture: cage.yaml `capture` (enable_har, max_body_size, max_file_size, max_files,
+    # include/exclude_domains) and the capture.jsonl it writes ("" = none).
+    capture: dict = field(default_factory=dict)
+    capture_path: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
