@@ -236,10 +236,13 @@ def test_ephemeral_run_cleans_up_on_interrupt(home, net):
     project = make_project(home / "work")
     before = our_namespaces()
     env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+    # A shell that runs a job with & (as a CI runner may) leaves SIGINT ignored, and children
+    # inherit that; give the CLI the disposition a terminal user's Ctrl-C meets.
     proc = subprocess.Popen([*AGENTCAGE, "run", "minimal", "--project", str(project),
                              *run_args(net), "--", "sleep", "61.25"], env=env, cwd=home,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 30
     ours = "sleep\x0061.25\x00"  # this test's workload, not some other process on the host
     while time.monotonic() < deadline and ours not in _cmdlines():
