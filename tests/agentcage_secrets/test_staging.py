@@ -86,3 +86,11 @@ def test_collect_reads_store_and_keeps_placeholders_stable(tmp_path):
     second = collect(store, book)
     assert [s.placeholder for s in first] == [s.placeholder for s in second]
     assert [s.value for s in second] == [b"one-updated", b"two"]
+
+
+def test_every_directory_stage_creates_is_private(shm_dir):
+    path = stage([StagedSecret("A_KEY", mint("A_KEY"), b"v")],
+                 shm_dir / "run" / "cage" / "secrets.json")
+    for directory in (path.parent, path.parent.parent):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    unstage(path)

@@ -93,7 +93,12 @@ def stage(secrets: Sequence[StagedSecret], target: CageDir | Path) -> Path:
             f"{path.parent} is on {fstype}, not tmpfs: staged secrets must never reach a disk; "
             f"set {RUN_DIR_ENV} to a directory on tmpfs (e.g. /dev/shm/agentcage)"
         )
+    # Directories made here are private too, not only the last one: a 0755 run directory
+    # would let any local user list which cages hold secrets.
+    created = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     ensure_private_dir(path.parent)
+    for directory in created:
+        os.chmod(directory, 0o700)
     doc = {
         "version": STAGE_VERSION,
         "secrets": [
