@@ -53,6 +53,18 @@ def atomic_write(path: Path, data: str | bytes, mode: int = 0o600) -> None:
         raise
 
 
+@contextlib.contextmanager
+def locked_dir(root: Path) -> Iterator[None]:
+    """An exclusive lock on `root` (its private `.lock` file), held between processes."""
+    ensure_private_dir(root)
+    fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_json(path: Path, value: Any) -> None:
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
@@ -127,13 +139,6 @@ class StateStore:
     def remove(self, name: str) -> None:
         shutil.rmtree(self.cage(name).root, ignore_errors=True)
 
-    @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
+    def lock(self) -> contextlib.AbstractContextManager[None]:
         """Serialise address allocation and namespace creation between CLI processes."""
-        ensure_private_dir(self.root)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        return locked_dir(self.root)

@@ -11,15 +11,13 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 from agentcage.secrets.errors import SecretStoreError, StoreUnavailable
 from agentcage.secrets.placeholders import check_env_name
-from agentcage.state import atomic_write, ensure_private_dir
+from agentcage.state import atomic_write, ensure_private_dir, locked_dir
 
 FORMAT_VERSION = 1
 MAGIC = b"AGCSTOR1"
@@ -63,15 +61,8 @@ class _MapFileStore:
     def path(self) -> Path:
         return self.root / self.file_name
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        ensure_private_dir(self.root)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return locked_dir(self.root)
 
     def _seal(self, plain: bytes) -> bytes:
         return plain
