@@ -12,6 +12,7 @@ gateway's regular-proxy mode), then the same TLS and handshake inside it.
 SPEC: {"host", "port", "tls", "path", "cafile" (optional), "timeout" (optional), "via_proxy",
        "messages": [{"type": "text"|"binary", one of: "data" (base64 of the payload),
                      "text" (expanded with os.path.expandvars), "file" (read in the client),
+                     optional "slice": [start, end] (of the payload, None for an open end),
                      optional "encode": "raw"|"base64"|"hex" (applied to the payload)}]}
 Prints one JSON object: {"status": int, "accept_ok": bool, "results": [per message:
 {"echo": base64, "type": "text"|"binary"} or {"closed": "why"}], "close": "why" or null}.
@@ -95,6 +96,9 @@ def payload_of(message):
     else:
         with open(message["file"], "rb") as f:
             data = f.read()
+    if "slice" in message:
+        start, end = message["slice"]
+        data = data[start:end]
     encode = message.get("encode", "raw")
     if encode == "base64":
         data = base64.b64encode(data)

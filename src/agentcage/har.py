@@ -2,6 +2,9 @@
 
 - `inbound`: what the cage sent and received (placeholders only): safe to share.
 - `outbound`: what went over the wire (REAL injected secret values): keep it private.
+
+A WebSocket connection is one entry (its upgrade request and 101 response) whose messages are in
+`_webSocketMessages`, the extension browsers use for the same thing.
 """
 
 from __future__ import annotations
@@ -171,7 +174,25 @@ def har_entry(record: dict[str, Any], view: str) -> dict[str, Any] | None:
             "reason": record.get("reason"),
         },
     }
+    if isinstance(side.get("websocket"), list):
+        entry["_webSocketMessages"] = [_ws_message(m) for m in side["websocket"]]
     return entry
+
+
+def _ws_message(doc: dict[str, Any]) -> dict[str, Any]:
+    """A captured WebSocket message in the shape browsers export (`_webSocketMessages`:
+    type, time, opcode, data; binary data is base64), plus what agentcage knows of it."""
+    out: dict[str, Any] = {
+        "type": str(doc["type"]),
+        "time": float(doc["time"]),
+        "opcode": int(doc["opcode"]),
+        "data": str(doc.get("text", doc.get("base64", ""))),
+        "_size": int(doc.get("size", 0)),
+    }
+    for key in ("omitted", "blocked"):
+        if key in doc:
+            out[f"_{key}"] = str(doc[key])
+    return out
 
 
 def to_har(records: Iterable[dict[str, Any]], view: str = "inbound") -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""HTTP and HTTPS servers: answer 200 with a JSON echo of the request, record every request."""
+"""HTTP and HTTPS servers: answer 200 with a JSON echo of the request (or a large body at
+`/download/<size>`, see downloads.py), and record every request."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import itertools
 import json
 import ssl
 
-from fakenet import websocket
+from fakenet import downloads, websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
 from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
 
@@ -54,6 +55,11 @@ async def handle_http(ctx: ServerContext, tls: bool,
                     await _websocket(ctx, tls, request, parser.leftover(), reader, writer,
                                      port=port, peer=peer, conn=conn)
                     return
+                if downloads.wants(request.target) and request.method == "GET":
+                    if not await downloads.serve(writer, request.target, request.keep_alive):
+                        return
+                    continued = False
+                    continue
                 writer.write(_echo(request, tls))
                 await writer.drain()
                 if not request.keep_alive:

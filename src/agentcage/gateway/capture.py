@@ -159,6 +159,45 @@ def response_doc(resp: Any, cap: int,
     }
 
 
+class WebSocketCapture:
+    """The messages of one WebSocket connection, both views, within one byte budget (`cap`,
+    shared by all messages of the connection) and `max_messages`; past them a message keeps
+    its direction, time and size but not its data (`omitted`)."""
+
+    def __init__(self, cap: int, max_messages: int = 1000):
+        self.cap = cap
+        self.max_messages = max_messages
+        self.used = 0
+        self.inbound: list[dict[str, Any]] = []
+        self.outbound: list[dict[str, Any]] = []
+        self.dropped = 0
+
+    def add(self, *, from_client: bool, ts: float, text: bool, inbound: bytes | None,
+            outbound: bytes | None, blocked: str | None = None) -> None:
+        """One message: `inbound` as the cage sent or received it, `outbound` as it went to or
+        came from the server (None: it never did, e.g. a blocked message)."""
+        if len(self.inbound) >= self.max_messages:
+            self.dropped += 1
+            return
+        kind = "send" if from_client else "receive"
+        for side, data in ((self.inbound, inbound), (self.outbound, outbound)):
+            if data is None:
+                continue
+            doc: dict[str, Any] = {"type": kind, "time": ts, "opcode": 1 if text else 2,
+                                   "size": len(data)}
+            if self.used + len(data) <= self.cap:
+                self.used += len(data)
+                if text:
+                    doc["text"] = data.decode("utf-8", "replace")
+                else:
+                    doc["base64"] = base64.b64encode(data).decode()
+            else:
+                doc["omitted"] = "over the capture budget"
+            if blocked is not None and side is self.inbound:
+                doc["blocked"] = blocked
+            side.append(doc)
+
+
 # ---- the file ----------------------------------------------------------------------------------
 
 class CaptureLog:

@@ -8,9 +8,10 @@ then custom inspectors; the first block wins; an inspector that raises is a bloc
 Phases: `headers` inspectors run in mitmproxy's `requestheaders` (before any byte of the body is
 read and before any upstream connection); `body` inspectors run in `request`, with
 `RequestView.body` set to the DECODED body (Content-Encoding undone; a body that cannot be
-decoded is blocked before any inspector runs). Bodies are never streamed past the gateway:
-mitmproxy's `body_size_limit` refuses anything over `max_request_body`, and `body-size` blocks a
-declared Content-Length over it in the headers phase, before a byte of the body is read.
+decoded is blocked before any inspector runs). Request bodies are never streamed past the
+gateway: mitmproxy's `body_size_limit` (narrowed to requests, see gateway.streaming) refuses
+anything over `max_request_body`, and `body-size` blocks a declared Content-Length over it in the
+headers phase, before a byte of the body is read.
 Adding one: a class with `name`, `phase` and `inspect()`, and one line in
 `agentcage.inspect.registry.REGISTRY` (or a custom inspector named in cage.yaml).
 """

@@ -215,8 +215,9 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         http3=False,
         ssl_insecure=False,
         ssl_verify_upstream_trusted_ca=settings.upstream_ca_path,
-        # Never stream: a streamed body reaches upstream uninspected (and a streamed response
-        # unredacted). Bodies over the limit are refused (requests and responses alike).
+        # Requests are never streamed (a streamed body would reach upstream uninspected): one
+        # over the limit is refused. The limit is narrowed to requests (proxy.build_master);
+        # the addon streams large responses through the redactor (gateway.streaming).
         body_size_limit=str(settings.max_request_body),
         termlog_verbosity="warn",
     )

@@ -77,6 +77,18 @@ class Redactor:
     def empty(self) -> bool:
         return not self._values
 
+    @property
+    def forms(self) -> tuple[bytes, ...]:
+        """Every byte string whose presence means a real value is there: the literal forms
+        and the base64 cores (what a streaming redactor must never cut in two)."""
+        return (*self._literals, *self._cores)
+
+    def form_end(self, data: bytes, pos: int) -> int | None:
+        """Where the longest form that starts exactly at `pos` ends, or None."""
+        ends = [m.end() for r in (self._literal_re, self._core_re)
+                if r is not None and (m := r.match(data, pos)) is not None]
+        return max(ends, default=None)
+
     # ---- finding ------------------------------------------------------------------------
 
     def find(self, data: bytes) -> frozenset[str]:
