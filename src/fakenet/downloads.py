@@ -1,6 +1,7 @@
 """`/download/<size>`: a large response body, for tests of streamed responses through a gateway.
 
     GET /download/<size>?fill=<text>&chunked=1&encoding=gzip|deflate|br|zstd|<other>&cut=1&corrupt=1
+                        &pause=<ms>
 
 The body is `<text>\\n` repeated and cut to <size> bytes (decoded size); without `fill` it is a
 counter pattern, so a test can check every byte. `fill` is taken from the query as sent, after
@@ -10,6 +11,7 @@ a prime size (7919 bytes, so values straddle boundaries); otherwise Content-Leng
 the body halfway and closes the connection (a server that dies mid-transfer); `corrupt=1` sends
 the whole, well-framed body with its second half garbled (compressed data that fails to decode
 halfway). An encoding fakenet does not know is named in the header, and the body sent as is.
+`pause=<ms>` waits that long after the first piece (a server-sent event, then silence).
 """
 
 from __future__ import annotations
@@ -94,11 +96,15 @@ async def serve(writer: asyncio.StreamWriter, target: str, keep_alive: bool) -> 
     head.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(payload)}")
     writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
     end = len(payload) // 2 if cut else len(payload)
+    pause = int(options.get("pause", "0") or 0) / 1000
     for start in range(0, end, PIECE):
         piece = payload[start:min(start + PIECE, end)]
         writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
         if start % (64 * PIECE) == 0:
             await writer.drain()
+        if start == 0 and pause:
+            await writer.drain()
+            await asyncio.sleep(min(pause, 30.0))
     if chunked and not cut:
         writer.write(b"0\r\n\r\n")
     await writer.drain()

@@ -41,13 +41,38 @@ def agentcage(home: Path, *args: str, timeout: float = 90, cwd: Path | None = No
                           timeout=timeout, cwd=cwd or home, stdin=subprocess.DEVNULL)
 
 
-def our_namespaces() -> set[str]:
-    return {n for n in os.listdir("/run/netns") if n.startswith("agc-")} if os.path.isdir(
-        "/run/netns") else set()
+def _foreign_suffixes(home: Path) -> set[str]:
+    """Suffixes of the cages that run on this machine under another AGENTCAGE_HOME (another
+    test or user, at the same time): found by their live gateways' network namespaces."""
+    suffixes = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = Path(f"/proc/{pid}/cmdline").read_text()
+            if "agentcage.gateway" not in cmdline or str(home) in cmdline:
+                continue
+            ns = subprocess.run(["ip", "netns", "identify", pid], capture_output=True,
+                                text=True).stdout.strip()
+            if ns.startswith("agc-"):
+                suffixes.add(ns.split("-")[1])
+    return suffixes
 
 
-def our_mounts() -> set[str]:
-    return {line for line in Path("/proc/self/mounts").read_text().splitlines() if "agc-" in line}
+def our_namespaces(home: Path) -> set[str]:
+    """The cage namespaces on this machine, except those of other homes' live cages: what this
+    test made (or leaked), unaffected by cages that start or stop in parallel."""
+    if not os.path.isdir("/run/netns"):
+        return set()
+    foreign = _foreign_suffixes(home)
+    return {n for n in os.listdir("/run/netns")
+            if n.startswith("agc-") and n.split("-")[1] not in foreign}
+
+
+def our_mounts(home: Path) -> set[str]:
+    foreign = _foreign_suffixes(home)
+    return {line for line in Path("/proc/self/mounts").read_text().splitlines()
+            if "agc-" in line and not any(f"agc-{f}-" in line for f in foreign)}
 
 
 def test_version_and_help(home):
@@ -72,10 +97,10 @@ def test_bad_input_is_one_line_exit_1(home):
 
 
 def test_run_without_dns_servers_refuses_before_building_anything(home):
-    before = our_namespaces()
+    before = our_namespaces(home)
     r = agentcage(home, "run", "minimal", "--project", str(home), "--", "true")
     assert r.returncode == 1 and "dns_servers" in r.stderr and "Traceback" not in r.stderr
-    assert our_namespaces() == before
+    assert our_namespaces(home) == before
     cages = home / "home" / "cages"
     assert not cages.exists() or not any(cages.iterdir())
 
@@ -104,8 +129,8 @@ def test_persistent_cage_lifecycle(home, net):
     project = make_project(home / "work")
     config = home / "cage.yaml"
     config.write_text(cage_yaml(net, "life", ["allowed.example.test"]))
-    before = our_namespaces()
-    mounts_before = our_mounts()
+    before = our_namespaces(home)
+    mounts_before = our_mounts(home)
     host_tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
     r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
     assert r.returncode == 0, r.stderr
@@ -134,7 +159,7 @@ def test_persistent_cage_lifecycle(home, net):
         summary = agentcage(home, "logs", "life", "--summary").stdout
         assert "outbound: allowed" in summary and "blocked 1x  outbound pypi.org" in summary
         assert agentcage(home, "stop", "life").returncode == 0
-        assert our_namespaces() == before
+        assert our_namespaces(home) == before
         assert agentcage(home, "exec", "life", "--", "true").returncode == 1
         assert agentcage(home, "start", "life").returncode == 0
         assert agentcage(home, "restart", "life").returncode == 0
@@ -158,8 +183,8 @@ def test_persistent_cage_lifecycle(home, net):
     finally:
         r = agentcage(home, "destroy", "life", "-y")
     assert r.returncode == 0, r.stderr
-    assert our_namespaces() == before
-    assert our_mounts() == mounts_before
+    assert our_namespaces(home) == before
+    assert our_mounts(home) == mounts_before
     assert not (home / "home" / "cages" / "life").exists()
     links = subprocess.run(["ip", "-n", net.netns, "-o", "link"], capture_output=True,
                            text=True).stdout
@@ -192,7 +217,7 @@ def test_service_cage_runs_its_command_until_stopped(home, net):
 @pytest.mark.netns
 def test_prune_removes_a_cage_whose_gateway_died_and_keeps_a_live_one(home, net):
     project = make_project(home / "work")
-    before = our_namespaces()
+    before = our_namespaces(home)
     for name in ("dead", "alive"):
         config = home / f"{name}.yaml"
         config.write_text(cage_yaml(net, name, ["allowed.example.test"]))
@@ -206,10 +231,10 @@ def test_prune_removes_a_cage_whose_gateway_died_and_keeps_a_live_one(home, net)
     assert "broken" in agentcage(home, "ls").stdout
     r = agentcage(home, "prune", "-y")
     assert r.returncode == 0 and "dead" in r.stdout and "alive" not in r.stdout
-    assert not any(runtime["plan"]["suffix"] in n for n in our_namespaces())
+    assert not any(runtime["plan"]["suffix"] in n for n in our_namespaces(home))
     assert agentcage(home, "exec", "alive", "--", "true").returncode == 0
     assert agentcage(home, "destroy", "alive").returncode == 0
-    assert our_namespaces() == before
+    assert our_namespaces(home) == before
 
 
 def run_args(net) -> list[str]:
@@ -221,12 +246,12 @@ def run_args(net) -> list[str]:
 @pytest.mark.netns
 def test_ephemeral_run_leaves_nothing(home, net):
     project = make_project(home / "work")
-    before = our_namespaces()
+    before = our_namespaces(home)
     r = agentcage(home, "run", "minimal", "--project", str(project), *run_args(net), "--",
                   "sh", "-c", "curl -sS -m 8 -o /dev/null -w '%{http_code}' "
                               "https://allowed.example.test/ && exit 3")
     assert r.returncode == 3 and r.stdout == "200", r.stderr
-    assert our_namespaces() == before
+    assert our_namespaces(home) == before
     assert list((home / "home" / "cages").iterdir()) == []
     assert not any(str(home) in p and "agentcage.gateway" in p for p in _cmdlines())
 
@@ -234,7 +259,7 @@ def test_ephemeral_run_leaves_nothing(home, net):
 @pytest.mark.netns
 def test_ephemeral_run_cleans_up_on_interrupt(home, net):
     project = make_project(home / "work")
-    before = our_namespaces()
+    before = our_namespaces(home)
     env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
     # A shell that runs a job with & (as a CI runner may) leaves SIGINT ignored, and children
     # inherit that; give the CLI the disposition a terminal user's Ctrl-C meets.
@@ -251,7 +276,7 @@ def test_ephemeral_run_cleans_up_on_interrupt(home, net):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
     assert proc.returncode != 0
-    assert our_namespaces() == before
+    assert our_namespaces(home) == before
     assert not any(p == ours or (str(home) in p and "agentcage.gateway" in p)
                    for p in _cmdlines())
     assert list((home / "home" / "cages").iterdir()) == []

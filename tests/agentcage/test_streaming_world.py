@@ -173,3 +173,22 @@ def test_without_secrets_the_body_passes_as_it_came(plain):
     data = (plain.project / name).read_bytes()
     assert int(got["content-length"]) == len(data)
     assert encoding.decode(data, "gzip") == pattern(SIZE)
+
+
+def test_first_piece_reaches_the_cage_before_the_server_finishes(scage):
+    """Server-sent events: the server sends its first piece, then is silent for 3 s. Streamed,
+    the cage has the response at once; buffered, it would wait for the end (a ratio of the
+    same transfer's own times, not an absolute bound)."""
+    def times(chunked: str) -> tuple[float, float]:
+        r = scage.sh(f'{CURL} -o /dev/null -w "%{{time_starttransfer}} %{{time_total}}" '
+                     f'"https://api.example.test/download/20000?chunked={chunked}&pause=3000"')
+        assert r.returncode == 0, r
+        first, total = (float(x) for x in r.stdout.split())
+        assert total >= 2.5, r.stdout  # the pause really happened
+        return first, total
+
+    first, total = times("1")
+    assert first < total / 2, f"first byte at {first:.2f} s of {total:.2f} s: buffered"
+    # the control: a small body with a Content-Length is buffered, so the same pause delays it
+    first, total = times("0")
+    assert first > total / 2, f"first byte at {first:.2f} s of {total:.2f} s"

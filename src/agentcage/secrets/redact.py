@@ -71,6 +71,7 @@ class Redactor:
                     hit = _CoreOf(s.env, core, form.value_form, form.placeholder_form, twin)
                     self._cores.setdefault(core.text, hit)
         self._literal_re = _alternation(self._literals)
+        self._literals_longest_first = sorted(self._literals, key=len, reverse=True)
         self._core_re = _alternation(self._cores)
 
     @property
@@ -143,14 +144,14 @@ class Redactor:
         literal, core = self._present(data)
         if core and self._core_re is not None:
             data = self._redact_base64(data, names, depth)
-        if (literal or core) and self._literal_re is not None:
-
-            def swap(m: re.Match[bytes]) -> bytes:
-                placeholder, env = self._literals[m.group()]
-                names.add(env)
-                return placeholder
-
-            data = self._literal_re.sub(swap, data)
+        if literal or core:
+            # Longest form first, each with bytes.replace: a C-speed pass per form that is
+            # present, several times faster over a large body than the alternation's sub.
+            for key in self._literals_longest_first:
+                if key in data:
+                    placeholder, env = self._literals[key]
+                    names.add(env)
+                    data = data.replace(key, placeholder)
         return data
 
     def _redact_base64(self, data: bytes, names: set[str], depth: int) -> bytes:
