@@ -142,16 +142,23 @@ def test_encoding_the_gateway_cannot_decode_is_refused_when_secrets_are_staged(s
     assert "compress" in rec["reason"]
 
 
+def gateway_peak_kib(cage) -> int:
+    """The gateway process's peak resident memory (VmHWM) so far, after one small streamed
+    download (so first-use costs, TLS setup and lazy imports, are not counted)."""
+    code, status = download(cage, "warm.bin", "chunked=1", size=MiB)
+    assert (code, status) == (0, "200")
+    pid = int(cage.runtime["gateway_pid"])
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
 def test_large_download_stays_out_of_gateway_memory(scage):
     """96 MiB through the redacting stream: the gateway's peak RSS grows by far less than the
     body (a buffered body would add at least its own size)."""
-    pid = int(scage.runtime["gateway_pid"])
-
     def peak_kib() -> int:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        raise AssertionError("no VmHWM")
+        return gateway_peak_kib(scage)
 
     before = peak_kib()
     size = 96 * MiB
@@ -192,3 +199,19 @@ def test_first_piece_reaches_the_cage_before_the_server_finishes(scage):
     # the control: a small body with a Content-Length is buffered, so the same pause delays it
     first, total = times("0")
     assert first > total / 2, f"first byte at {first:.2f} s of {total:.2f} s"
+
+
+def test_1gib_chunked_upload_is_refused_without_buffering_it(scage):
+    """A 1 GiB chunked upload (no Content-Length to refuse up front): cut at the 10 MiB limit,
+    audited by body-size, nothing upstream, and the gateway's peak memory grows by far less
+    than the upload."""
+    before = gateway_peak_kib(scage)
+    r = scage.sh(f'head -c {1024 * MiB} /dev/zero | {CURL} -o /dev/null -w "%{{http_code}}" '
+                 f'-T - '
+                 f'https://allowed.example.test/upload-1gib', timeout=120)
+    assert r.stdout.strip() in ("403", "413"), r
+    grown_mib = (gateway_peak_kib(scage) - before) / 1024
+    assert grown_mib < 64, f"gateway peak RSS grew by {grown_mib:.0f} MiB"
+    assert [q for q in scage.net.http_requests() if q["path"] == "/upload-1gib"] == []
+    recs = [r for r in scage.audit() if r.get("path") == "/upload-1gib"]
+    assert recs and all(r["decision"] == "blocked" and r["by"] == "body-size" for r in recs)
