@@ -86,6 +86,19 @@ def test_large_download_arrives_whole_with_secrets_staged(scage, encoding, chunk
     assert rec["decision"] == "allowed"
 
 
+@pytest.mark.parametrize(("flag", "version"), [("--http1.1", "HTTP/1.1"), ("--http2", "HTTP/2")])
+def test_streamed_framing_for_each_client_protocol(scage, flag, version):
+    """HTTP/1.1: chunked (so a cut-off body is visible as such); HTTP/2 frames itself."""
+    name = f"framing{flag}.bin"
+    code, status = download(scage, name, "chunked=1&encoding=gzip", extra=flag)
+    assert (code, status) == (0, "200")
+    assert status_line(scage, name).startswith(version)
+    got = headers(scage, name)
+    assert "content-length" not in got and "content-encoding" not in got
+    assert (got.get("transfer-encoding") == "chunked") == (version == "HTTP/1.1")
+    assert sha256(scage.project / name) == hashlib.sha256(pattern(SIZE)).hexdigest()
+
+
 def test_compressed_body_under_the_limit_is_buffered_as_it_came(scage):
     """12 MiB that compresses to far less, with a Content-Length: buffered and redacted whole;
     the cage gets it still encoded, with its length."""
