@@ -147,3 +147,86 @@ def test_data_in_a_query_name_or_a_short_body_is_caught(ctx):
     assert EntropyInspector().inspect(request(path=f"/x?{blob}=1"), ctx).action == "block"
     short = os.urandom(100).hex().encode()  # 200 bytes: under the raw body minimum of 256
     assert EntropyInspector().inspect(request(body=short), ctx).action == "block"
+
+
+def _reference_shannon(data: bytes, at_least: float = 0.0) -> float:
+    """The measurement as first written (a set of every byte), for the shortcut to agree with."""
+    import math
+
+    if not data:
+        return 0.0
+    distinct = set(data)
+    if math.log2(len(distinct)) < at_least:
+        return 0.0
+    n = len(data)
+    return -sum(data.count(b) / n * math.log2(data.count(b) / n) for b in distinct)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_shannon_shortcut_for_text_gives_the_same_answer(seed):
+    import random
+
+    rng = random.Random(seed)
+    printable = bytes(range(0x20, 0x7F)) + b"\t\r\n"
+    binary = rng.randint(0, 80)  # around the 128-distinct-values bound of 7 bits
+    window = bytes(rng.choice(printable) for _ in range(4096 - binary)) + os.urandom(binary)
+    for at_least in (0.0, 5.5, 6.9, 7.0, 7.5):
+        assert shannon(window, at_least) == _reference_shannon(window, at_least)
+
+
+def _percent_mix(rng, size: int) -> bytes:
+    """Text with valid, invalid and partial %-escapes in every position, including the ends."""
+    pieces = [b"%41", b"%zz", b"%", b"%%", b"%4", b"%e9", b"%FF", b"plain ", b"x", b"%0a%0D"]
+    return b"".join(rng.choice(pieces) for _ in range(size))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_url_decoded_pieces_match_decoding_it_all(seed):
+    import random
+    from urllib.parse import unquote_to_bytes
+
+    from agentcage.inspect.entropy import UrlDecoded, percent_positions
+
+    rng = random.Random(seed)
+    data = _percent_mix(rng, rng.randint(0, 400))
+    whole = unquote_to_bytes(data)
+    lazy = UrlDecoded(data, percent_positions(data, 1 << 20) or [])
+    assert lazy.size == len(whole)
+    for _ in range(50):
+        a = rng.randint(0, len(whole))
+        b = rng.randint(a, len(whole))
+        assert lazy.cut(a, b) == whole[a:b], (data, a, b)
+    assert percent_positions(b"%%%", 2) is None and percent_positions(b"a%b%", 2) == [1, 3]
+
+
+def test_url_decoded_body_verdicts_match_decoding_it_all(ctx):
+    from urllib.parse import quote, unquote_to_bytes
+
+    from agentcage.inspect.entropy import UrlDecoded, percent_positions
+
+    inspector = EntropyInspector()
+    random_part = quote(os.urandom(3000), safe="").encode()
+    text_part = b"some words, 100% plain text with %s formats " * 60
+    for body in (
+        random_part * 40,  # every window random once decoded
+        (text_part + random_part) * 30,  # windows landing on either
+        text_part * 200,  # never random
+        b"%89PNG" + random_part * 30,  # compressed media: flagged, as before
+    ):
+        lazy = UrlDecoded(body, percent_positions(body, 1 << 22) or [])
+        assert inspector._raw_verdict("url-encoded body", lazy) == inspector._raw_verdict(
+            "url-encoded body", unquote_to_bytes(body)
+        )
+
+
+def test_url_encoded_random_in_a_large_body_is_blocked_either_way(ctx):
+    from urllib.parse import quote
+
+    encoded = quote(os.urandom(300_000), safe="").encode()  # dense: decoded wholesale
+    assert EntropyInspector().inspect(request(body=encoded), ctx).action == "block"
+    # Sparse: a large text body with a few hundred escapes is sampled without decoding it all.
+    words = b"ordinary words with an occasional escape %2F and 50% of nothing " * 40000
+    assert EntropyInspector().inspect(request(body=words), ctx).action == "allow"
+    region = words[:1_000_000] + quote(os.urandom(400_000), safe="").encode() + words[:1_000_000]
+    decision = EntropyInspector().inspect(request(body=region), ctx)
+    assert decision.action == "block" and "url-encoded body" in decision.reason, decision

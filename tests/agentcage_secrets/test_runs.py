@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from agentcage.inspect.runs import ByteClass, ByteIndex, IndexCache, runs
+from agentcage.inspect.runs import WIDE_BYTES, ByteClass, ByteIndex, IndexCache, runs
 
 ALPHABET = b"ab0+/-_ .\n\x00\xffABCxyz19%\\"
 PLANT = b"0123456789abcdefABCDEF-_+/"
@@ -60,3 +60,61 @@ def test_base64_decoding_is_shared():
     (a, b), *_ = index.runs(ByteClass.B64STD, 24)
     first = index.base64_decoded(a, b, 0, False)
     assert first == base64.b64decode(blob) and index.base64_decoded(a, b, 0, False) is first
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_token_runs_are_the_long_wide_runs_joined(seed):
+    from agentcage.inspect.runs import WIDE_MIN
+
+    rng = random.Random(seed)
+    data = bytes(rng.choice(ALPHABET) for _ in range(rng.randint(0, 2000)))
+    for _ in range(4):
+        at = rng.randint(0, len(data))
+        data = data[:at] + bytes(rng.choice(PLANT) for _ in range(rng.randint(10, 90))) + data[at:]
+    index, wide = ByteIndex(data), bytes(sorted(WIDE_BYTES))
+    for min_len in (WIDE_MIN, 32, 64):
+        expected = b"\x00".join(data[a:b] for a, b in reference(data, wide, min_len))
+        assert index.tokens(min_len) == expected
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_large_data_windows_keep_every_run_and_its_surroundings_whole(seed):
+    from agentcage.inspect.decode import DecodeLimits, candidate_text
+
+    rng = random.Random(seed)
+    limits = DecodeLimits(small=64)  # windows from 64 bytes on, so random data is "large"
+    data = bytes(rng.choice(ALPHABET) for _ in range(rng.randint(100, 3000)))
+    for _ in range(6):  # long runs, some a few bytes apart, some at the very edges
+        at = rng.choice([0, len(data), rng.randint(0, len(data))])
+        data = data[:at] + bytes(rng.choice(PLANT) for _ in range(rng.randint(20, 60))) + data[at:]
+    index = ByteIndex(data)
+    text = candidate_text(index, limits)
+    if index.fragmented:
+        assert text == data
+        return
+    for a, b in index.wide:  # each run with `pad` bytes each side, uncut by a separator
+        assert data[max(a - limits.pad, 0) : b + limits.pad] in text
+    assert len(text) <= len(data) + len(index.wide)  # each byte once, plus separators
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_might_hold_says_whether_any_run_is_that_long(seed):
+    rng = random.Random(seed)
+    data = bytes(rng.choice(ALPHABET) for _ in range(rng.randint(0, 1500)))
+    at = rng.randint(0, len(data))
+    data = data[:at] + bytes(rng.choice(PLANT) for _ in range(rng.randint(0, 150))) + data[at:]
+    longest = max((b - a for a, b in reference(data, bytes(sorted(WIDE_BYTES)), 1)), default=0)
+    for built in (False, True):
+        index = ByteIndex(data)
+        if built:
+            assert index.wide is not None
+        for min_len in (8, 19, 20, 24, 64, 128, 256):
+            assert index.might_hold(min_len) == (longest >= min_len), (built, min_len)
+        assert index.runs(ByteClass.B64STD, 24) == reference(data, ByteClass.B64STD.value, 24)
+
+
+def test_runs_shorter_than_the_wide_minimum_are_found_without_any_wide_run():
+    data = b"x " + b"a" * 17 + b" y"  # no wide run at all (WIDE_MIN is 20)
+    index = ByteIndex(data)
+    assert index.wide == [] and index.runs(ByteClass.ALNUM, 16) == [(2, 19)]
+    assert index.runs(ByteClass.ALNUM, 24) == []

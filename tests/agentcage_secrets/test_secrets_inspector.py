@@ -212,3 +212,38 @@ def test_pem_header_in_a_large_body_is_found_through_its_anchor(ctx):
     body = filler + b"\n" + pem + b"\n" + filler
     decision = SecretsInspector().inspect(request(body=body), ctx)
     assert decision.action == "block" and "PEM" in decision.reason
+
+
+# A large body (past DecodeLimits.small, where only the windows around token runs are
+# searched) made of source code, the kind of body that has a long token every few lines.
+_CODE = (
+    b"def handle_request_for_the_server(self, request_context):\n"
+    b"    return self.upstream_connection_pool.fetch(request_context.path)  # ok\n"
+) * 700  # ~90 KB
+_LARGE_ENCODINGS = [e for e in ENCODINGS if e[0] in ("raw", "base64", "hex", "url", "json-u")]
+
+
+@pytest.mark.parametrize(("enc", "encode"), _LARGE_ENCODINGS, ids=[e for e, _ in _LARGE_ENCODINGS])
+@pytest.mark.parametrize(("pid", "sample"), [(k, v[0]) for k, v in provider_samples().items()])
+def test_every_provider_key_is_found_in_a_large_body(ctx, enc, encode, pid, sample):
+    key = encode(sample).encode()
+    for body in (
+        key + b"\n" + _CODE,  # at the very start
+        _CODE + b" " + key,  # at the very end
+        _CODE[:50_000] + b'"' + key + b'"' + _CODE[50_000:],
+        # Right after another long token: the windows around the two runs overlap, and the
+        # key must not be cut where they meet.
+        _CODE[:50_000] + b"upstream_connection_pool.x " + key + b" " + _CODE[50_000:],
+        _CODE[:50_000] + b"upstream_connection_pool" + b" " * 30 + key + b"\n" + _CODE,
+    ):
+        decision = SecretsInspector().inspect(request(body=body), ctx)
+        assert decision.action == "block", (pid, enc, decision)
+
+
+def test_key_right_after_a_long_token_in_a_large_body_is_found(ctx):
+    # Regression: windows that overlapped were joined with a separator inside the second run.
+    filler = b"hello world. " * 10_000
+    for gap in (b".", b" . ", b"  .   "):
+        body = filler + b"x" * 20 + gap + GH.encode() + b" " + filler
+        decision = SecretsInspector().inspect(request(body=body), ctx)
+        assert decision.action == "block" and "GitHub" in decision.reason, (gap, decision)

@@ -74,6 +74,8 @@ class ContentTypeInspector:
         if not is_text:
             return Decision("allow", f"not a text body ({declared or 'binary'})", self.name)
         index = self.cache.index(body)
+        if not index.might_hold(s.base64_min_chars):  # most text: no long run, no index built
+            return Decision("allow", "no base64 blobs", self.name)
         for cls in index.base64_classes():
             for a, b in index.runs(cls, s.base64_min_chars):
                 span = body[a:b]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import binascii
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import MappingProxyType
 from urllib.parse import unquote_to_bytes
@@ -29,6 +29,7 @@ _JSON_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 _PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
 _UPPER = bytes(range(ord("A"), ord("Z") + 1))
 _LOWER = bytes(range(ord("a"), ord("z") + 1))
+Tokens = Callable[[int], bytes]  # ByteIndex.tokens: the token runs of at least n bytes
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ def json_unescape(data: bytes) -> bytes:
 
 def _mixed_case(span: bytes) -> bool:
     span = span[:1024]  # base64 mixes its alphabet early; a whole-span delete is slow
+    if span.islower() or span.isupper():  # one C pass, no copy: most identifiers end here
+        return False
     return len(span.translate(None, _UPPER)) < len(span) > len(span.translate(None, _LOWER))
 
 
@@ -119,12 +122,23 @@ def candidate_text(
     if len(data) <= limits.small or index.fragmented:
         return data
     pieces = _anchor_windows(data, anchors, limits.window)
-    pad, last = limits.pad, 0
-    for a, b in index.wide:
-        lo = a - pad if a - pad > last else last  # no overlap: each byte kept once
-        last = b + pad
-        pieces.append(data[lo:last])  # slicing past the end is fine
+    _run_windows(data, index.wide, limits.pad, pieces)
     return b"\n".join(pieces)
+
+
+def _run_windows(data: bytes, wide: list[tuple[int, int]], pad: int, out: list[bytes]) -> None:
+    """Append to `out` the runs widened by `pad` on each side, overlapping or touching ones
+    merged: each byte kept once, and no separator lands inside the data (a key starting
+    within `pad` bytes after another token would be cut in two and missed)."""
+    if not wide:
+        return
+    lo, hi = max(wide[0][0] - pad, 0), wide[0][1] + pad  # slicing past the end is fine
+    for a, b in wide:
+        if a - pad > hi:
+            out.append(data[lo:hi])
+            lo = a - pad
+        hi = b + pad
+    out.append(data[lo:hi])
 
 
 def _escaped_views(text: bytes) -> Iterator[tuple[str, bytes]]:
@@ -136,28 +150,43 @@ def _escaped_views(text: bytes) -> Iterator[tuple[str, bytes]]:
         yield "json", json_unescape(text)
 
 
+def _may_hide_more(text: bytes, index: ByteIndex, limits: DecodeLimits) -> bool:
+    """Whether decoding can give anything: an escape ('%', '\\') or a run long enough for
+    base64 or hex. Most small decoded views (random bytes) have neither: no index, no scans."""
+    return (
+        b"%" in text
+        or b"\\" in text
+        or index.might_hold(min(limits.min_base64, limits.min_hex))
+    )
+
+
 def views(
     data: bytes,
     limits: DecodeLimits | None = None,
     anchors: tuple[bytes, ...] = (),
     index: ByteIndex | None = None,
     depth: int = 0,
-) -> Iterator[tuple[str, bytes]]:
-    """(encoding, text) pairs to match patterns in; the first is always the raw candidates.
+) -> Iterator[tuple[str, bytes, Tokens | None]]:
+    """(encoding, text, tokens) to match patterns in; the first is always the raw candidates.
 
+    `tokens` (ByteIndex.tokens) lets patterns that only match long token runs scan those runs
+    alone (PatternSet.scan): a fraction of the text, or of the windows cut from large data.
     Decodings nest up to `limits.depth` levels (hex of base64, base64 inside a URL-encoded
     form...); each level only decodes what the level above found, so nesting stays cheap.
     """
     limits = limits or DecodeLimits()
     index = index if index is not None else ByteIndex(data)
     text = candidate_text(index, limits, anchors)
-    yield "raw", text
-    if depth >= limits.depth:
+    deeper = depth < limits.depth and _may_hide_more(text, index, limits)
+    # Token runs for the patterns: when the index is built anyway (for the base64 and hex
+    # runs, or to cut large data), not for them alone (a small decoded view at the end).
+    yield "raw", text, (index.tokens if deeper or text is not index.data else None)
+    if not deeper:
         return
     inner: list[tuple[str, bytes]] = list(_escaped_views(text))
     for name, produce in (("base64", _base64_views), ("hex", _hex_views)):
         if decoded := b"\n".join(produce(index, limits)):
             inner.append((name, decoded))
     for name, decoded in inner:
-        for enc, view in views(decoded, limits, anchors, None, depth + 1):
-            yield (name if enc == "raw" else f"{name}+{enc}"), view
+        for enc, view, tokens in views(decoded, limits, anchors, None, depth + 1):
+            yield (name if enc == "raw" else f"{name}+{enc}"), view, tokens

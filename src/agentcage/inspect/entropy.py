@@ -14,10 +14,11 @@ media (PNG, JPEG, gzip, zip...) is random by nature and is flagged rather than b
 from __future__ import annotations
 
 import binascii
+import bisect
 import functools
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote_to_bytes
@@ -41,6 +42,13 @@ MEDIA_MAGIC = (
 )
 
 
+_PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
+_PRINTABLE_BITS = math.log2(len(_PRINTABLE))
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+_MAGIC_MAX = max(len(m) for m in MEDIA_MAGIC)
+_PERCENTS_LOCATED = 4096  # or one per KiB of body: past that, URL-decode the body wholesale
+
+
 @dataclass(frozen=True)
 class EntropySettings:
     enable: bool = True
@@ -62,6 +70,12 @@ def shannon(data: bytes, at_least: float = 0.0) -> float:
     if not data:
         return 0.0
     n = len(data)
+    if at_least > _PRINTABLE_BITS:
+        # Text cannot reach it: at most the printable bytes plus one value per other byte are
+        # distinct. Two C passes (no set of every byte) decide most windows of a text body.
+        distinct_at_most = len(_PRINTABLE) + len(data.translate(None, _PRINTABLE))
+        if math.log2(distinct_at_most) < at_least:
+            return 0.0
     distinct = set(data)
     if math.log2(len(distinct)) < at_least:
         return 0.0
@@ -91,11 +105,65 @@ def random_expectation(n: int, symbols: int = 256) -> float:
     return -symbols * total
 
 
+def _windows(size: int, window: int, count: int) -> list[tuple[int, int]]:
+    """(start, end) of the windows measured in data of `size` bytes: all of it, or `count`
+    evenly spaced windows of `window` bytes."""
+    if size <= window * count:
+        return [(0, size)]
+    stride = (size - window) // (count - 1)
+    return [(i * stride, i * stride + window) for i in range(count)]
+
+
 def _sample(data: bytes, window: int, count: int) -> list[bytes]:
-    if len(data) <= window * count:
-        return [data]
-    stride = (len(data) - window) // (count - 1)
-    return [data[i * stride : i * stride + window] for i in range(count)]
+    return [data[a:b] for a, b in _windows(len(data), window, count)]
+
+
+class UrlDecoded:
+    """`unquote_to_bytes(data)`, read in pieces without decoding it all.
+
+    A large body with a few hundred '%' (source code, prose: format strings) is measured on 16
+    windows once URL-decoded; decoding and copying all of it cost more than the rest of the
+    inspector. Each valid escape (`%` and two hex digits, exactly what unquote_to_bytes
+    decodes) shortens the data by two, so a decoded offset maps to a raw one by counting the
+    escapes before it, and a raw slice that splits no escape decodes to the decoded slice.
+    """
+
+    def __init__(self, data: bytes, percents: list[int]):
+        self.data = data
+        # Decoded offset of each escape: its raw offset less 2 per escape before it.
+        self._at: list[int] = []
+        for p in percents:
+            pair = data[p + 1 : p + 3]
+            if len(pair) == 2 and pair[0] in _HEX_DIGITS and pair[1] in _HEX_DIGITS:
+                self._at.append(p - 2 * len(self._at))
+        self.size = len(data) - 2 * len(self._at)
+
+    def _raw(self, offset: int) -> int:
+        return offset + 2 * bisect.bisect_left(self._at, offset)
+
+    def cut(self, start: int, end: int) -> bytes:
+        """The decoded bytes [start:end] (0 <= start <= end <= size)."""
+        return unquote_to_bytes(self.data[self._raw(start) : self._raw(end)])
+
+
+def _reader(body: bytes | UrlDecoded) -> tuple[int, Callable[[int, int], bytes]]:
+    """The size of `body` and how to read bytes [a:b] of it, decoded or not."""
+    if isinstance(body, UrlDecoded):
+        return body.size, body.cut
+    data: bytes = body
+    return len(data), lambda a, b: data[a:b]
+
+
+def percent_positions(data: bytes, limit: int) -> list[int] | None:
+    """Offsets of every '%' in `data` (memchr speed, unlike bytes.count); None past `limit`."""
+    found: list[int] = []
+    at = data.find(b"%")
+    while at >= 0:
+        found.append(at)
+        if len(found) > limit:
+            return None
+        at = data.find(b"%", at + 1)
+    return found
 
 
 def _decode_spans(index: ByteIndex, min_decoded: int) -> Iterator[tuple[str, bytes]]:
@@ -153,20 +221,23 @@ class EntropyInspector:
                 return Decision("block", what, self.name, "high")
         return None
 
-    def _raw_verdict(self, where: str, body: bytes) -> Decision | None:
+    def _raw_verdict(self, where: str, body: bytes | UrlDecoded) -> Decision | None:
         s = self.settings
-        if len(body) < s.body_min_bytes:
+        size, cut = _reader(body)
+        if size < s.body_min_bytes:
             return None
-        windows = _sample(body, s.sample_window, s.sample_windows)
+        windows = [cut(a, b) for a, b in _windows(size, s.sample_window, s.sample_windows)]
         threshold = min(s.body_threshold, random_expectation(len(windows[0])) - 0.5)
         h = max(shannon(w, threshold) for w in windows)
         if h < threshold:
             return None
         verdict = Decision(
-            "block", f"high-entropy {where} ({len(body)} bytes, {h:.2f} bits/byte)", self.name,
+            "block",
+            f"high-entropy {where} ({size} bytes, {h:.2f} bits/byte)",
+            self.name,
             "high",
         )
-        if body.startswith(MEDIA_MAGIC):
+        if cut(0, min(size, _MAGIC_MAX)).startswith(MEDIA_MAGIC):
             verdict = Decision(
                 s.media_action,
                 verdict.reason + ", compressed media",
@@ -209,17 +280,23 @@ class EntropyInspector:
                 return verdict
             flagged = flagged or verdict
         body = request.body or b""
-        bodies = [("body", body)]
-        if body.count(b"%") >= s.decoded_min_bytes:
-            # Percent-encoded bytes (a form field, %XX everywhere): measured once decoded too.
+        bodies: list[tuple[str, bytes | UrlDecoded]] = [("body", body)]
+        # Percent-encoded bytes (a form field, %XX everywhere): measured once decoded too. A
+        # body dense with '%' is decoded wholesale (locating each '%' would cost as much).
+        percents = percent_positions(body, max(_PERCENTS_LOCATED, len(body) >> 10))
+        if percents is None:
             bodies.append(("url-encoded body", unquote_to_bytes(body)))
+        elif len(percents) >= s.decoded_min_bytes:
+            bodies.append(("url-encoded body", UrlDecoded(body, percents)))
         for where, data in bodies:
             verdict = self._raw_verdict(where, data)
             if verdict is not None and verdict.action == "block":
                 return verdict
             flagged = flagged or verdict
-        if len(body) >= -(-4 * s.decoded_min_bytes // 3):
-            verdict = self._decoded_verdict("body", self.cache.index(body), s.decoded_min_bytes)
+        shortest = min(2 * s.decoded_min_bytes, -(-4 * s.decoded_min_bytes // 3))  # hex, base64
+        index = self.cache.index(body)
+        if len(body) >= shortest and index.might_hold(shortest):
+            verdict = self._decoded_verdict("body", index, s.decoded_min_bytes)
             if verdict is not None and verdict.action == "block":
                 return verdict
             flagged = flagged or verdict

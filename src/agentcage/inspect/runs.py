@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from agentcage.inspect.b64 import decode_loose
 
@@ -21,6 +22,7 @@ _UPPER = _LOWER.upper()
 # '%' and '\\' belong too, so a key written as %XX or \\u00XX escapes is still one long run.
 _WIDE = _DIGITS + _LOWER + _UPPER + b"+/-_%\\"
 WIDE_MIN = 20
+WIDE_BYTES = frozenset(_WIDE)  # the bytes of token runs (`ByteIndex.wide`)
 WIDE_LIMIT = 4096  # or one run per 512 bytes of data, whichever is more
 
 
@@ -83,6 +85,23 @@ def runs_in_marks(
     return found
 
 
+def _wide_runs(marked: bytes, limit: int) -> list[tuple[int, int]] | None:
+    """(start, end) of each run of 0x01 at least WIDE_MIN long in `marked`; None past `limit`
+    runs. Two C searches per run: the Python loop runs once per run, not per byte."""
+    found: list[tuple[int, int]] = []
+    append, find = found.append, marked.find
+    needle = b"\x01" * WIDE_MIN
+    pos = 0
+    while (start := find(needle, pos)) >= 0:
+        pos = find(b"\x00", start + WIDE_MIN)
+        if pos < 0:
+            pos = len(marked)
+        append((start, pos))
+        if len(found) > limit:
+            return None
+    return found
+
+
 class ByteIndex:
     """Runs of every class in one piece of data, computed once and shared by the inspectors.
 
@@ -101,28 +120,24 @@ class ByteIndex:
         self._joined = b""
         self._starts: list[int] = []
         self._b64_classes: tuple[CharClass, ...] | None = None
+        self._tokens: dict[int, bytes] = {}
+        self._longest = 0  # of the wide runs: no run of any class is longer
+        self._marked: bytes | None = None  # `data` mapped to 0/1 by `might_hold`, until built
 
     def _build(self) -> None:
         data = self.data
-        marked = data.translate(_WIDE_TABLE)
-        wide: list[tuple[int, int]] = []
-        pos = 0
-        needle = b"\x01" * WIDE_MIN
-        while (start := marked.find(needle, pos)) >= 0:
-            end = marked.find(b"\x00", start + WIDE_MIN)
-            end = len(marked) if end < 0 else end
-            wide.append((start, end))
-            if len(wide) > max(WIDE_LIMIT, len(data) // 512):
-                wide, self._fragmented = [(0, len(data))], True
-                break
-            pos = end
+        marked = self._marked if self._marked is not None else data.translate(_WIDE_TABLE)
+        self._marked = None  # as large as the data: not kept once the runs are known
+        wide = _wide_runs(marked, max(WIDE_LIMIT, len(data) // 512))
+        if wide is None:
+            wide, self._fragmented = [(0, len(data))], True
         self._wide = wide
-        self._joined = b"\x00".join(data[a:b] for a, b in wide)
-        # Offset in `_joined` of each wide run, to map positions back to `data`.
-        offset = 0
-        for a, b in wide:
-            self._starts.append(offset)
-            offset += b - a + 1
+        if wide:
+            self._joined = b"\x00".join([data[a:b] for a, b in wide])
+            lengths = [b - a for a, b in wide]
+            self._longest = max(lengths)
+            # Offset in `_joined` of each wide run, to map positions back to `data`.
+            self._starts = list(accumulate([n + 1 for n in lengths[:-1]], initial=0))
         self._built = True
 
     @property
@@ -139,13 +154,45 @@ class ByteIndex:
             self._build()
         return self._wide
 
+    def might_hold(self, min_len: int) -> bool:
+        """False when no run of any class here is `min_len` long: then searching for one
+        needs no index. Before the index is built this costs one translate and one find,
+        far less than building it (small requests mostly hold no long run at all)."""
+        if self._built and min_len >= WIDE_MIN:
+            return self._longest >= min_len
+        marked = self._marked if self._marked is not None else self.data.translate(_WIDE_TABLE)
+        found = marked.find(b"\x01" * min_len) >= 0
+        if found and not self._built:
+            self._marked = marked  # the index is likely wanted next: translate only once
+        return found
+
+    def tokens(self, min_len: int = WIDE_MIN) -> bytes:
+        """The wide runs at least `min_len` (>= WIDE_MIN) long, joined by a 0x00 (not a token
+        byte, like whatever ended each run): a regex that only matches and looks at token
+        bytes finds in it exactly what it finds in the data, from far fewer bytes."""
+        if not self._built:
+            self._build()
+        if min_len <= WIDE_MIN:
+            return self._joined
+        if min_len not in self._tokens:
+            data = self.data
+            kept = [(a, b) for a, b in self._wide if b - a >= min_len]
+            # All of them (one long run of base64, say): the same bytes, not another copy.
+            same = len(kept) == len(self._wide)
+            self._tokens[min_len] = (
+                self._joined if same else b"\x00".join([data[a:b] for a, b in kept])
+            )
+        return self._tokens[min_len]
+
     def runs(self, cls: CharClass, min_len: int) -> list[tuple[int, int]]:
         """(start, end) in `data` of every maximal run of `cls` at least `min_len` long."""
         key = (cls, min_len)
         if not self._built:
             self._build()
         if key not in self._memo:
-            if min_len < WIDE_MIN or not cls.in_wide:
+            if cls.in_wide and min_len >= WIDE_MIN and min_len > self._longest:
+                self._memo[key] = []  # inside wide runs, all shorter: no translate, no search
+            elif min_len < WIDE_MIN or not cls.in_wide:
                 self._memo[key] = runs(self.data, cls, min_len) or []
             else:
                 if cls not in self._marks:

@@ -123,7 +123,7 @@ class SecretsInspector:
                 return self._leak(v.env, where, "raw", host)
         if (wrong := self._placeholder(foreign, data, where, "raw", host)) is not None:
             return wrong
-        for encoding, view in views(data, self.limits, self.patterns.anchors, index):
+        for encoding, view, tokens in views(data, self.limits, self.patterns.anchors, index):
             if encoding != "raw":  # the raw data was checked in full above
                 for v in foreign.values:
                     if v.value in view:
@@ -131,7 +131,7 @@ class SecretsInspector:
                 wrong = self._placeholder(foreign, view, where, encoding, host)
                 if wrong is not None:
                     return wrong
-            for pattern, _match in self.patterns.scan(view):
+            for pattern, _match in self.patterns.scan(view, tokens):
                 if pattern.allows(host):
                     continue
                 reason = (
