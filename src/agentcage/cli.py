@@ -177,6 +177,7 @@ cli.command("destroy")(_destroy())
 
 
 def _ls() -> None:
+    """The cages on this machine, with their status and lifecycle."""
     rows = _service().ls()
     table = Table("NAME", "STATUS", "LIFECYCLE", box=None)
     for row in rows:
@@ -363,6 +364,7 @@ def secret_list(name: str, as_json: bool) -> None:
 @click.argument("name")
 @click.argument("key")
 def secret_rm(name: str, key: str) -> None:
+    """Delete KEY of cage NAME from the store; a running gateway stops injecting it."""
     if not _service().secret_rm(name, key):
         raise ConfigError(f"cage {name} has no secret {key}")
     out.print(f"{key} removed")
@@ -388,6 +390,7 @@ def scaffold() -> None:
 
 @scaffold.command("list")
 def scaffold_list() -> None:
+    """The harnesses `scaffold` can write a cage.yaml for."""
     for name in scaffold_names():
         out.print(name)
 
@@ -395,6 +398,7 @@ def scaffold_list() -> None:
 @scaffold.command("show")
 @click.argument("name")
 def scaffold_show(name: str) -> None:
+    """Print the cage.yaml scaffold for harness NAME."""
     sys.stdout.write(scaffold_text(name, "my-cage"))
 
 
@@ -418,6 +422,7 @@ def domain() -> None:
 @domain.command("list")
 @click.argument("name")
 def domain_list(name: str) -> None:
+    """Cage NAME's domain list: the baseline and the runtime grants with their expiry."""
     info = _service().domain_list(name)
     out.print(f"mode: {info['mode'] or 'none (deny everything)'}")
     table = Table("PATTERN", "LIST", "SOURCE", "EXPIRES", "ACTIVE", box=None)
@@ -433,6 +438,7 @@ def domain_list(name: str) -> None:
 @click.argument("domains", nargs=-1, required=True)
 @click.option("--expires-in", help="e.g. 30m, 2h, 1d")
 def domain_add(name: str, domains: tuple[str, ...], expires_in: str | None) -> None:
+    """Allow DOMAINS for cage NAME at once, no restart (for --expires-in, then gone)."""
     _service().domain_add(name, domains, expires_in)
     until = f" for {expires_in}" if expires_in else ""
     out.print(f"added to {name}: {', '.join(domains)}{until}")
@@ -442,6 +448,7 @@ def domain_add(name: str, domains: tuple[str, ...], expires_in: str | None) -> N
 @click.argument("name")
 @click.argument("pattern")
 def domain_rm(name: str, pattern: str) -> None:
+    """Remove PATTERN from cage NAME's domain list (a running gateway reloads it)."""
     if not _service().domain_rm(name, pattern):
         raise ConfigError(f"{pattern} is not in the domain list of {name}")
     out.print(f"removed from {name}: {pattern}")

@@ -289,3 +289,18 @@ def test_audit_only_hooks_fail_closed_too():
         data.server.error = "connection refused"
         h.addon.audit = lambda rec: (_ for _ in ()).throw(Boom("disk full"))
         h.addon.server_connect_error(data)  # must not raise into mitmproxy
+
+
+def test_expect_100_continue_dropped_only_for_bodies_of_unknown_length(h):
+    """mitmproxy never answers an upload it cut after its own interim 100; without the 100 the
+    client gets the 413 (end to end: test_streaming_world.py)."""
+    chunked = flow(sni="api.example.test", header="api.example.test", method="PUT")
+    chunked.request.headers["Expect"] = "100-continue"
+    chunked.request.headers["Transfer-Encoding"] = "chunked"
+    h.addon.requestheaders(chunked)
+    assert chunked.response is None and "expect" not in chunked.request.headers
+    sized = flow(sni="api.example.test", header="api.example.test", method="PUT")
+    sized.request.headers["Expect"] = "100-continue"
+    sized.request.headers["Content-Length"] = "5000"
+    h.addon.requestheaders(sized)
+    assert sized.response is None and sized.request.headers["expect"] == "100-continue"

@@ -391,6 +391,19 @@ class CageAddon:
             return
         if flow.request.host != name:
             flow.request.host = name  # retarget: upstream chosen by name, never by dialled IP
+        self._no_interim_continue(flow)
+
+    def _no_interim_continue(self, flow: http.HTTPFlow) -> None:
+        """Drop `Expect: 100-continue` from a request of unknown length (chunked).
+
+        mitmproxy answers the Expect itself, and once it has sent that interim 100 it neither
+        sends the 413 nor closes the connection when the body then passes the size limit: the
+        client uploads into a connection that never answers (measured with `curl -T -`). Without
+        the 100, a client sends the body after its own short wait (curl: 1 s) and gets the 413 at
+        once. A declared Content-Length within the limit cannot pass it: that Expect is kept."""
+        req = flow.request
+        if "expect" in req.headers and "content-length" not in req.headers:
+            del req.headers["expect"]
 
     @_guarded("request")
     def request(self, flow: http.HTTPFlow) -> None:

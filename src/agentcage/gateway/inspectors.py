@@ -9,7 +9,7 @@ Phases: `headers` inspectors run in mitmproxy's `requestheaders` (before any byt
 read and before any upstream connection); `body` inspectors run in `request`, with
 `RequestView.body` set to the DECODED body (Content-Encoding undone; a body that cannot be
 decoded is blocked before any inspector runs). Request bodies are never streamed past the
-gateway: mitmproxy's `body_size_limit` (narrowed to requests, see gateway.streaming) refuses
+gateway: mitmproxy's `body_size_limit` (narrowed to requests, see gateway.mitmpatch) refuses
 anything over `max_request_body`, and `body-size` blocks a declared Content-Length over it in the
 headers phase, before a byte of the body is read.
 Adding one: a class with `name`, `phase` and `inspect()`, and one line in

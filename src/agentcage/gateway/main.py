@@ -216,7 +216,7 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         ssl_insecure=False,
         ssl_verify_upstream_trusted_ca=settings.upstream_ca_path,
         # Requests are never streamed (a streamed body would reach upstream uninspected): one
-        # over the limit is refused. The limit is narrowed to requests (proxy.build_master);
+        # over the limit is refused. The limit is narrowed to requests (gateway.mitmpatch);
         # the addon streams large responses through the redactor (gateway.streaming).
         body_size_limit=str(settings.max_request_body),
         termlog_verbosity="warn",

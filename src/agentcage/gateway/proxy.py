@@ -45,9 +45,9 @@ def build_master(extra_addons: list[object]):
     """A running-loop Master with the gateway's addons; options are set by the caller."""
     from mitmproxy import master, options
 
-    from agentcage.gateway.streaming import limit_request_bodies_only
+    from agentcage.gateway import mitmpatch
 
-    limit_request_bodies_only()  # responses: buffered or streamed by the addon, never refused
+    mitmpatch.apply_all()  # body limits: see the module
     mods = _import_addon_modules()
     m = master.Master(options.Options(), with_termlog=True)
     m.addons.add(

@@ -17,8 +17,9 @@ the flow is killed: the cage sees a broken transfer, never a complete-looking pa
 the failure is audited.
 
 mitmproxy has ONE `body_size_limit` for both directions, checked on a response's headers before
-any addon hook could choose to stream it. `limit_request_bodies_only` narrows that check to
-requests; the response size is then the addon's decision (buffer up to the limit, else stream).
+any addon hook could choose to stream it; `mitmpatch.limit_request_bodies_only` narrows that
+check to requests, and the response size is the addon's decision (buffer up to the limit, else
+stream).
 """
 
 from __future__ import annotations
@@ -137,27 +138,3 @@ def plan(redactor: Redactor, content_encoding: Sequence[str], on_failure: Callab
                               encoded=is_encoded(content_encoding))
     return ResponseStream(decoder_for(content_encoding), StreamRedactor(redactor), on_failure,
                           capture_cap)
-
-
-_PATCHED = "_agentcage_requests_only"
-
-
-def limit_request_bodies_only() -> None:
-    """Make mitmproxy's `body_size_limit` apply to request bodies only (idempotent).
-
-    Pinned to mitmproxy 12 (`HttpStream.check_body_size(self, request: bool)`, a generator that
-    returns True when it refused the body); if that method is missing the gateway refuses to
-    start rather than run with a limit that would block every large download."""
-    from mitmproxy.proxy.layers.http import HttpStream
-
-    original = HttpStream.check_body_size
-    if getattr(original, _PATCHED, False):
-        return
-
-    def check_body_size(self, request: bool):  # type: ignore[no-untyped-def]
-        if request:
-            return (yield from original(self, request))
-        return False
-
-    setattr(check_body_size, _PATCHED, True)
-    HttpStream.check_body_size = check_body_size  # type: ignore[method-assign]

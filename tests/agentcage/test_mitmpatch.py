@@ -1,0 +1,35 @@
+"""The gateway's changes to mitmproxy: applied once, and refused loudly on a mitmproxy that lacks
+what they wrap (end to end: test_streaming_world.py, large downloads and refused uploads)."""
+
+from __future__ import annotations
+
+import pytest
+from mitmproxy.proxy.layers.http import HttpStream
+from mitmproxy.proxy.layers.http._http2 import Http2Connection
+
+from agentcage.gateway import mitmpatch
+
+
+def test_apply_all_is_idempotent():
+    mitmpatch.apply_all()
+    first = (HttpStream.check_body_size, Http2Connection._handle_event)
+    mitmpatch.apply_all()
+    assert (HttpStream.check_body_size, Http2Connection._handle_event) == first
+    assert all(getattr(f, mitmpatch._PATCHED) for f in first)
+
+
+def test_a_missing_method_stops_the_gateway_instead_of_running_unpatched():
+    class NotMitmproxy:
+        pass
+
+    with pytest.raises(AttributeError):
+        mitmpatch._wrap(NotMitmproxy, "check_body_size", lambda original: original)
+
+
+def test_response_bodies_are_no_longer_size_checked():
+    """The narrowed check returns False for a response without looking at the limit."""
+    mitmpatch.apply_all()
+    gen = HttpStream.check_body_size(object(), False)  # type: ignore[arg-type]
+    with pytest.raises(StopIteration) as stop:
+        next(gen)
+    assert stop.value.value is False
