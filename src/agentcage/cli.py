@@ -20,8 +20,8 @@ from agentcage.config.scaffolds import scaffold_config, scaffold_names, scaffold
 from agentcage.errors import AgentcageError, ConfigError
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, emoji=False)  # ":secret:" is no emoji
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _service():
@@ -503,7 +503,7 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("reports"), show_default=True, help="Where the cage's report goes.")
 def demo(out_dir: Path) -> None:
-    """A cage in a fake internet: one allowed and one blocked request, then `verify`."""
+    """A cage in a fake internet: an allowed and a blocked request, a secret, then `verify`."""
     from agentcage.demo import run_demo
     from agentsec.render.terminal import scores_table
 

@@ -1,5 +1,9 @@
 """`agentcage demo`: a cage in a fake internet, tried from inside, then measured by agentsec.
 
+From inside the cage: one allowed and one blocked request, then a secret set on the host used
+the way an agent uses an API key (the cage holds only its placeholder; the fake server receives
+the real value; the server's echo of it comes back as the placeholder).
+
 Everything is built for the demo and removed after it: the fake internet (namespaces, DNS,
 HTTPS servers), a state directory, a project directory and the cage. The cage's uplink is the
 fake internet, so no packet can reach an address the demo did not assign.
@@ -7,7 +11,9 @@ fake internet, so no packet can reach an address the demo did not assign.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -26,6 +32,7 @@ from fakenet import FakeInternet, FakeNetError
 CAGE_NAME = "demo"
 ALLOWED = "api.example.test"
 BLOCKED = "evil.example.test"
+SECRET_ENV = "DEMO_API_KEY"
 # Run inside the cage: the status code an HTTPS request gets, or the error that stopped it.
 FETCH = (
     "import sys, urllib.request, urllib.error\n"
@@ -38,9 +45,30 @@ FETCH = (
 )
 
 
+# Run inside the cage: send the key from the environment as an agent would, print the echo.
+USE_KEY = (
+    "import json, os, sys, urllib.request\n"
+    "key = os.environ[sys.argv[2]]\n"
+    "req = urllib.request.Request(sys.argv[1] + '?key=' + key,"
+    " headers={'Authorization': 'Bearer ' + key})\n"
+    "doc = json.load(urllib.request.urlopen(req, timeout=10))\n"
+    "print(json.dumps({'env': key, 'echo': doc['path']}))\n"
+)
+
+
+@dataclass(frozen=True)
+class SecretDemo:
+    placeholder: str  # what the cage's environment holds
+    backend: str  # where the value is stored on the host
+    server_got_value: bool  # the fake server received the real value in Authorization
+    cage_got_value: bool  # the real value reached the cage (env or echo): must be False
+    echo: str  # the server's echo as the cage received it
+
+
 @dataclass(frozen=True)
 class DemoResult:
     requests: list[tuple[str, str]]  # (url, what the cage got)
+    secret: SecretDemo
     verified: service.SavedReport
 
 
@@ -53,6 +81,10 @@ gateway:
   uplink: "netns:{net.netns}"
   trusted_networks: ["10.200.0.0/16"]
   upstream_ca_files: ["{net.ca_cert_path}"]
+secret_injection:
+  - env: {SECRET_ENV}
+    inject_to: [{ALLOWED}]
+    inject_body: true
 """
 
 
@@ -90,10 +122,36 @@ def _in_a_cage(
             got = cages.exec_capture(CAGE_NAME, ["python3", "-c", FETCH, url], timeout=60)
             requests.append((url, (got.stdout or got.stderr).strip()))
             say(f"inside the cage, GET {url} -> {requests[-1][1]}")
+        secret = _use_a_secret(cages, net, say)
         say("measuring the cage from inside with agentsec's probe")
         env = {**os.environ, HOME_ENV: str(store.root)}
         verified = verify_cage(CAGE_NAME, label="demo-cage", out_dir=out_dir, redact=False, env=env)
-        return DemoResult(requests, verified)
+        return DemoResult(requests, secret, verified)
     finally:
         say(f"destroying cage {CAGE_NAME!r}")
         cages.destroy(CAGE_NAME)
+
+
+def _use_a_secret(cages: CageService, net: FakeInternet, say: Callable[[str], None]) -> SecretDemo:
+    value = "demo-" + secrets.token_hex(16)  # made up here, never printed
+    stored = cages.secret_set(CAGE_NAME, SECRET_ENV, value.encode())
+    url = f"https://{ALLOWED}/echo"
+    got = cages.exec_capture(CAGE_NAME, ["python3", "-c", USE_KEY, url, SECRET_ENV], timeout=60)
+    if got.returncode != 0:
+        raise AgentcageError(f"the secret step failed inside the cage: {got.stderr.strip()}")
+    seen = json.loads(got.stdout)
+    received = [q for q in net.http_requests() if str(q["path"]).startswith("/echo?key=")]
+    demo = SecretDemo(
+        placeholder=seen["env"],
+        backend=str(stored["backend"]),
+        server_got_value=bool(received)
+        and received[-1]["headers"].get("authorization") == f"Bearer {value}",
+        cage_got_value=value in got.stdout,
+        echo=seen["echo"],
+    )
+    say(f"secret {SECRET_ENV} stored on the host ({demo.backend}); inside the cage "
+        f"${SECRET_ENV} = {demo.placeholder[:40]}...")
+    say(f"inside the cage, GET {url} with it -> the server received the real key: "
+        f"{'yes' if demo.server_got_value else 'NO'}; its echo reached the cage "
+        f"{'WITH THE REAL KEY' if demo.cage_got_value else 'with the placeholder only'}")
+    return demo

@@ -51,7 +51,7 @@ class GateFailed(Exception):
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, emoji=False)
 
 
 def _options(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
