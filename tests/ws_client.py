@@ -10,6 +10,7 @@ With SPEC["via_proxy"], the connection is a CONNECT tunnel through $HTTPS_PROXY 
 gateway's regular-proxy mode), then the same TLS and handshake inside it.
 
 SPEC: {"host", "port", "tls", "path", "cafile" (optional), "timeout" (optional), "via_proxy",
+       "pipeline" (optional: send every message at once, then read the answers),
        "messages": [{"type": "text"|"binary", one of: "data" (base64 of the payload),
                      "text" (expanded with os.path.expandvars), "file" (read in the client),
                      optional "slice": [start, end] (of the payload, None for an open end),
@@ -159,11 +160,16 @@ def main(spec):
            "results": [], "close": None}
     if status != 101:
         return out
+    messages = spec.get("messages", [])
+    if spec.get("pipeline"):  # every message in one write, before reading any answer
+        sock.sendall(b"".join(frame(0x1 if m.get("type", "text") == "text" else 0x2,
+                                    payload_of(m)) for m in messages))
     try:
-        for message in spec.get("messages", []):
+        for message in messages:
             opcode = 0x1 if message.get("type", "text") == "text" else 0x2
             try:
-                sock.sendall(frame(opcode, payload_of(message)))
+                if not spec.get("pipeline"):
+                    sock.sendall(frame(opcode, payload_of(message)))
                 got_op, got = read_message(sock)
             except (Closed, OSError) as exc:
                 out["results"].append({"closed": f"{type(exc).__name__}: {exc}"})

@@ -89,6 +89,7 @@ META_STREAM_HEADERS = "agentcage.stream.server_headers"
 META_WS_TAIL = "agentcage.ws.tail"
 META_WS_CAPTURE = "agentcage.ws.capture"
 META_WS_CAPTURED = "agentcage.ws.captured"
+META_WS_CUT = "agentcage.ws.cut"  # a message was blocked: nothing more passes either way
 WS_TAIL = 4096
 _RESPONDING_STAGES = ("requestheaders", "request", "http_connect", "response")
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
@@ -762,6 +763,10 @@ class CageAddon:
         injection; from the server: redacted. Both captured when capture wants the host."""
         assert flow.websocket is not None
         message = flow.websocket.messages[-1]
+        if flow.metadata.get(META_WS_CUT):
+            # already parsed from the same read as the blocked one, before the close landed
+            message.drop()
+            return
         armour = self.armour
         name, port = flow.metadata.get(META_TARGET) or (_name(flow.request.host) or "",
                                                         flow.request.port)
@@ -793,7 +798,8 @@ class CageAddon:
         inbound = content if armour.redactor.empty else armour.redactor.redact(content).data
         if blocker is not None:
             message.drop()
-            flow.kill()
+            flow.metadata[META_WS_CUT] = True
+            self._cut_websocket(flow)
             self._ws_record(flow, name, port, "blocked", blocker.reason, blocker.inspector,
                             decisions=decisions)
             self._ws_capture(flow, message, inbound=inbound, outbound=None,
@@ -802,6 +808,29 @@ class CageAddon:
             return
         flow.metadata[META_WS_TAIL] = (tail + content)[-WS_TAIL:]
         self._ws_capture(flow, message, inbound=inbound, outbound=message.content)
+
+    @staticmethod
+    def _cut_websocket(flow: http.HTTPFlow) -> bool:
+        """Close both ends of a WebSocket connection now. mitmproxy's WebSocket layer does not
+        act on `flow.kill()`: the connection would stay open (later messages still inspected,
+        one by one) and the cage's client would wait for an answer until its own timeout. The
+        proxy server's handler for the connection closes it as a layer's CloseConnection would.
+        Returns whether it could (False where no proxy server runs, as in unit tests)."""
+        with contextlib.suppress(Exception):
+            flow.kill()  # for mitmproxy's own bookkeeping (flow.error)
+        try:
+            from mitmproxy import ctx
+
+            server = ctx.master.addons.get("proxyserver")
+            handler = server.connections.get(flow.client_conn.id) if server else None
+        except Exception:
+            handler = None
+        if handler is None:
+            return False
+        for conn in (flow.client_conn, flow.server_conn):
+            if conn in handler.transports:
+                handler.close_connection(conn)
+        return True
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         self._capture_websocket_flow(flow)
