@@ -1,5 +1,6 @@
 """`agentcage secret set|list|rm|rotate-placeholders` as real subprocesses on a running cage:
-values only ever go in on stdin, never come out, and a rotation reaches the gateway at once."""
+values only ever go in on stdin (a hidden prompt on a terminal), never come out, and a rotation
+reaches the gateway at once."""
 
 from __future__ import annotations
 
@@ -64,3 +65,62 @@ def test_secret_verbs_on_a_running_cage(home, net):  # noqa: F811
     r = agentcage(home, "logs", "sec", "--json")
     assert value not in r.stdout
     assert agentcage(home, "destroy", "sec", "--yes").returncode == 0
+
+
+def test_secret_set_on_a_terminal_prompts_without_echo(home, net):  # noqa: F811
+    """On a real terminal (a pty that is the process's controlling tty) the value is read from a
+    hidden prompt: the prompt shows, the typed value is never echoed, and it is stored."""
+    import fcntl
+    import pty
+    import select
+    import termios
+
+    value = "typed-" + secrets.token_hex(12)
+    project = make_project(home / "work")
+    config = home / "cage.yaml"
+    config.write_text(cage_yaml(net, "tty", ["api.example.test"], extra=RULES.replace(
+        "API_TOKEN", "TYPED")))
+    assert agentcage(home, "cage", "create", "-c", str(config), "--project",
+                     str(project)).returncode == 0
+    try:
+        master, slave = pty.openpty()
+
+        def controlling_tty() -> None:
+            os.setsid()
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+        env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+        proc = subprocess.Popen([*AGENTCAGE, "secret", "set", "tty", "TYPED"], stdin=slave,
+                                stdout=slave, stderr=slave, env=env, cwd=home,
+                                preexec_fn=controlling_tty)
+        os.close(slave)
+        seen = b""
+
+        def read_until(needle: bytes | None, timeout: float = 60) -> None:
+            nonlocal seen
+            while needle is None or needle not in seen:
+                ready, _, _ = select.select([master], [], [], timeout)
+                if not ready:
+                    raise AssertionError(f"no {needle!r} on the terminal: {seen!r}")
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the other end closed
+                    return
+                if not chunk:
+                    return
+                seen += chunk
+
+        read_until(b"value of TYPED:")
+        os.write(master, value.encode() + b"\n")
+        read_until(None)
+        assert proc.wait(timeout=60) == 0, seen
+        os.close(master)
+        assert value.encode() not in seen, "the typed value was echoed"
+        listing = json.loads(agentcage(home, "secret", "list", "tty", "--json").stdout)
+        (entry,) = [e for e in listing["secrets"] if e["name"] == "TYPED"]
+        assert entry["stored"]
+        placeholder = entry["placeholder"]
+        r = agentcage(home, "exec", "tty", "--", "printenv", "TYPED")
+        assert r.stdout.strip() == placeholder and value not in r.stdout
+    finally:
+        assert agentcage(home, "destroy", "tty", "--yes").returncode == 0
