@@ -10,6 +10,8 @@ import copy
 import json
 from typing import Any
 
+from agentsec.probe.blast_probe import WRITABLE_DIRS
+
 SEALED: dict[str, Any] = {
     "probe_format": 1,
     "probe_version": "1.0.0",
@@ -129,19 +131,7 @@ SEALED: dict[str, Any] = {
         "filesystem": {
             "writable_dirs": [
                 {"path": p, "writable": p in ("/tmp", "."), "errno": None}
-                for p in (
-                    "/",
-                    "/etc",
-                    "/usr/bin",
-                    "/usr/local/bin",
-                    "/root",
-                    "/home",
-                    "/var",
-                    "/opt",
-                    "/tmp",
-                    "/dev/shm",
-                    ".",
-                )
+                for p in WRITABLE_DIRS
             ],
             "root_rw": False,
             "host_mounts": [],

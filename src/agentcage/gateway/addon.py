@@ -31,6 +31,7 @@ and writes an audit record. Nothing is ever audited as allowed before an upstrea
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
@@ -498,9 +499,8 @@ class CageAddon:
         armour = self.armour  # one version of the secrets for the whole body
         cap = 0
         with contextlib.suppress(Exception):  # capture never decides
-            if self.capture is not None and self.capture.config.wants(
-                    self._capture_host(flow)[0]):
-                cap = self.capture.config.max_body_size
+            if self._captured(flow):
+                cap = self.capture.config.max_body_size  # type: ignore[union-attr]
         flow.metadata[META_STREAM_HEADERS] = tuple(resp.headers.items(multi=True))
         try:
             stream = plan(armour.redactor, resp.headers.get_all("content-encoding"),
@@ -604,6 +604,10 @@ class CageAddon:
 
     # ---- capture (never decides anything: every failure is audited and swallowed) ----------
 
+    def _captured(self, flow: http.HTTPFlow) -> bool:
+        """Whether capture is on for this flow's destination (may raise: callers suppress)."""
+        return self.capture is not None and self.capture.config.wants(self._capture_host(flow)[0])
+
     def _capture_failed(self, reason: str) -> None:
         try:
             self.audit(AuditRecord("capture", "flagged", reason, by="capture"))
@@ -638,8 +642,6 @@ class CageAddon:
             if "text" in b:
                 b["text"] = redactor.redact_text(b["text"])[0]
             elif "base64" in b:
-                import base64
-
                 raw = base64.b64decode(b["base64"])
                 b["base64"] = base64.b64encode(redactor.redact(raw).data).decode()
         return doc
@@ -663,7 +665,7 @@ class CageAddon:
         if self.capture is None or flow.response is None:
             return
         try:
-            if not self.capture.config.wants(self._capture_host(flow)[0]):
+            if not self._captured(flow):
                 return
             cap = self.capture.config.max_body_size
             stream = flow.metadata.get(META_STREAM)
@@ -795,19 +797,20 @@ class CageAddon:
                 message.content = text.value  # type: ignore[assignment]
                 self._ws_record(flow, name, port, "allowed", "frame injected", "injection",
                                 injected=text.injected, decisions=decisions)
-        inbound = content if armour.redactor.empty else armour.redactor.redact(content).data
         if blocker is not None:
             message.drop()
             flow.metadata[META_WS_CUT] = True
             self._cut_websocket(flow)
             self._ws_record(flow, name, port, "blocked", blocker.reason, blocker.inspector,
                             decisions=decisions)
-            self._ws_capture(flow, message, inbound=inbound, outbound=None,
+            self._ws_capture(flow, message, inbound=content, outbound=None,
+                             redactor=armour.redactor,
                              blocked=f"{blocker.inspector}: {blocker.reason}")
             self._capture_websocket_flow(flow)  # the connection is cut: write it now
             return
         flow.metadata[META_WS_TAIL] = (tail + content)[-WS_TAIL:]
-        self._ws_capture(flow, message, inbound=inbound, outbound=message.content)
+        self._ws_capture(flow, message, inbound=content, outbound=message.content,
+                         redactor=armour.redactor)
 
     @staticmethod
     def _cut_websocket(flow: http.HTTPFlow) -> bool:
@@ -836,12 +839,17 @@ class CageAddon:
         self._capture_websocket_flow(flow)
 
     def _ws_capture(self, flow: http.HTTPFlow, message: Any, *, inbound: Any, outbound: Any,
-                    blocked: str | None = None) -> None:
+                    redactor: Redactor | None = None, blocked: str | None = None) -> None:
+        """Record one message. `redactor`: the cage sent `inbound`, and any real value in it
+        (however it got into the cage) becomes its placeholder in the inbound view; redacted
+        here, only when capture is on, not on every message."""
         if self.capture is None:
             return
         try:
-            if not self.capture.config.wants(self._capture_host(flow)[0]):
+            if not self._captured(flow):
                 return
+            if redactor is not None and not redactor.empty:
+                inbound = redactor.redact(inbound).data
             ws = flow.metadata.get(META_WS_CAPTURE)
             if not isinstance(ws, WebSocketCapture):
                 ws = flow.metadata[META_WS_CAPTURE] = WebSocketCapture(
