@@ -206,8 +206,11 @@ cage.command("exec", context_settings={"ignore_unknown_options": True})(_exec_co
 def _shell_command():
     @click.argument("name")
     def command(name: str) -> None:
-        """Open an interactive shell in the cage NAME."""
-        sys.exit(_service().exec(name, ["/bin/sh", "-i"], interactive=True))
+        """Open a shell in the cage NAME (interactive on a terminal; else it reads commands
+        from stdin). Exits with the shell's status."""
+        tty = sys.stdin.isatty()
+        sys.exit(_service().exec(name, ["/bin/sh", "-i"] if tty else ["/bin/sh"],
+                                 interactive=tty))
 
     return command
 

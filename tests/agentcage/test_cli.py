@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shlex
 import shutil
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.agentcage.conftest import cage_yaml, make_project
+from tests.terminal_driver import drive
 
 AGENTCAGE = [sys.executable, "-m", "agentcage.cli"]
 
@@ -292,7 +292,6 @@ def _cmdlines() -> list[str]:
 
 
 @pytest.mark.netns
-@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
 def test_interactive_run_gets_a_terminal_but_cannot_inject_into_it(home, net):
     project = make_project(home / "work")
     inner = ("tty; python3 -c 'import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b\"x\")' "
@@ -300,8 +299,30 @@ def test_interactive_run_gets_a_terminal_but_cannot_inject_into_it(home, net):
     argv = [*AGENTCAGE, "run", "minimal", "--project", str(project), *run_args(net), "--",
             "sh", "-c", inner]
     env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
-    r = subprocess.run(["script", "-qec", " ".join(shlex.quote(a) for a in argv), "/dev/null"],
-                       env=env, capture_output=True, text=True, timeout=90, cwd=home)
-    lines = [line.strip() for line in r.stdout.splitlines() if line.strip()]
-    assert lines[0].startswith("/dev/"), r.stdout  # a terminal (control)
-    assert "Operation not permitted" in lines[-1], r.stdout  # TIOCSTI refused by seccomp
+    shown, _rc = drive(argv, [], env)
+    lines = [line.strip() for line in shown.splitlines() if line.strip()]
+    assert lines[0].startswith("/dev/"), shown  # a terminal (control)
+    assert "Operation not permitted" in lines[-1], shown  # TIOCSTI refused by seccomp
+
+
+@pytest.mark.netns
+def test_shell_has_job_control_ctrl_c_and_exits_with_the_shells_status(home, net):
+    project = make_project(home / "work")
+    config = home / "cage.yaml"
+    config.write_text(cage_yaml(net, "tty", []))
+    assert agentcage(home, "cage", "create", "-c", str(config), "--project",
+                     str(project)).returncode == 0
+    env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+    shown, rc = drive([*AGENTCAGE, "shell", "tty"],
+                      [b"sleep 30\r", b"\x03", b"echo after $?\r", b"exit 7\r"], env)
+    # Ctrl-C reached the job in the cage (status 130), not agentcage; the shell went on
+    assert "after 130" in shown, shown
+    assert "Cannot set tty process group" not in shown, shown
+    assert rc == 7, shown
+    # without a terminal, `shell` runs the commands it reads, with their status too
+    r = subprocess.run([*AGENTCAGE, "shell", "tty"], input="echo piped; exit 4\n", env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert (r.stdout, r.returncode) == ("piped\n", 4), r.stderr
+    # `exec` exits with the command's status, with or without a terminal
+    assert agentcage(home, "exec", "tty", "--", "sh", "-c", "exit 5").returncode == 5
+    assert drive([*AGENTCAGE, "exec", "tty", "--", "sh", "-c", "exit 6"], [], env)[1] == 6

@@ -14,6 +14,7 @@ from agentcage.backends.sandbox import (
     cage_environment,
     pivot_masks,
     sandbox_argv,
+    sandbox_env,
 )
 from agentcage.backends.seccomp import DENIED, build_filter
 
@@ -47,7 +48,7 @@ def test_outer_layers_in_order():
 def test_bwrap_isolation_flags():
     argv = sandbox_argv(spec())
     for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                 "--disable-userns", "--new-session", "--die-with-parent", "--clearenv"):
+                 "--disable-userns", "--new-session", "--die-with-parent"):
         assert flag in argv, flag
     assert pairs(argv, "--cap-drop") == ["ALL"]
     assert pairs(argv, "--uid") == ["1000"] and pairs(argv, "--gid") == ["1000"]
@@ -84,8 +85,19 @@ def test_command_runs_behind_the_started_marker():
     assert tail[-2:] == ["claude", "--help"]
 
 
-def test_interactive_keeps_the_terminal_session():
-    assert "--new-session" not in sandbox_argv(spec(interactive=True))
+def test_interactive_command_gets_a_session_and_terminal_of_the_cage():
+    argv = sandbox_argv(spec(interactive=True))
+    assert "--new-session" in argv  # never the caller's terminal session
+    assert argv[-5:] == ["setsid", "--ctty", "--wait", "claude", "--help"]
+    assert "setsid" not in sandbox_argv(spec())
+
+
+def test_environment_goes_to_the_process_not_the_command_line():
+    env = (("PATH", "/usr/bin"), ("TOKEN_LIKE", "value-not-for-ps"))
+    s = spec(env=env)
+    assert "value-not-for-ps" not in sandbox_argv(s)  # /proc/PID/cmdline is world-readable
+    assert "--setenv" not in sandbox_argv(s) and "--clearenv" not in sandbox_argv(s)
+    assert sandbox_env(s) == dict(env)  # bwrap, its init (PID 1) and the command get exactly this
 
 
 @pytest.mark.parametrize("bad", [dict(host_uid=0), dict(host_gid=0), dict(seccomp_fd=None)])

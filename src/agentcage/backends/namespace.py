@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from agentcage.backends import host, netplan, workload
 from agentcage.backends.profile import CageMeta
-from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
+from agentcage.backends.sandbox import DEFAULT_PATH, SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
@@ -52,6 +52,17 @@ def upstream_bundle(extra_files: Sequence[str]) -> bytes:
                 f"gateway.upstream_ca_files: cannot read {f} ({e.strerror})"
             ) from None
     return b"\n".join(parts)
+
+
+def gateway_environment() -> dict[str, str]:
+    """The gateway's whole environment: built, not inherited. Whoever ran `agentcage` may have
+    API keys or tokens exported; the gateway holds staged secrets only in its memory, from the
+    staging file, so nothing of the caller's environment belongs in it."""
+    import agentcage
+
+    # The package's own import root, in case it runs from a source tree rather than a venv.
+    import_root = str(Path(agentcage.__file__).resolve().parent.parent)
+    return {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "PYTHONPATH": import_root}
 
 
 class NamespaceBackend:
@@ -219,8 +230,7 @@ class NamespaceBackend:
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
         log = os.open(cage.gateway_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCAGE_GATEWAY")}
-        env.update(self.gateway_env)
+        env = {**gateway_environment(), **self.gateway_env}
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "agentcage.gateway", "--settings",

@@ -7,6 +7,7 @@ The command line is, outermost first:
 (a fresh, empty session keyring is joined just before, see keyring.py)
   bwrap ...                            user/pid/ipc/uts/cgroup namespaces, no capabilities, no new
                                        privileges, read-only root, seccomp filter, /workspace, masks
+and the environment that all three start with is the cage's own (`sandbox_env`).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class SandboxSpec:
     chdir: str = WORKSPACE
     root_links: dict[str, str] = field(default_factory=dict)  # /bin -> usr/bin on merged-/usr hosts
     root_dirs: tuple[str, ...] = ROOT_DIRS
-    interactive: bool = False
+    interactive: bool = False  # stdin is a pty of the cage's own (terminal.py)
     die_with_parent: bool = True  # False for a service workload that outlives the CLI
 
 
@@ -83,8 +84,9 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
     argv += ["--disable-userns", "--cap-drop", "ALL", "--hostname", spec.hostname]
     if spec.die_with_parent:
         argv += ["--die-with-parent"]
-    if not spec.interactive:
-        argv += ["--new-session"]
+    # Never the caller's terminal session: an interactive command gets a pty of its own, made
+    # its controlling terminal in the cage below (see terminal.py).
+    argv += ["--new-session"]
     for d in spec.root_dirs:
         argv += ["--ro-bind", d, d]
     for link, target in sorted(spec.root_links.items()):
@@ -107,18 +109,28 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
     # read-only too, so only /tmp, /run, /var/tmp, the home and writable mounts take writes.
     argv += ["--remount-ro", "/"]
     argv += ["--seccomp", str(spec.seccomp_fd)]
-    argv += ["--clearenv"]
-    for key, value in spec.env:
-        argv += ["--setenv", key, value]
     argv += ["--chdir", spec.chdir, "--"]
     if spec.started_fd is not None:
         # proof that every layer was applied: bwrap only execs this once the sandbox is complete
         argv += ["/bin/sh", "-c", STARTED_SCRIPT, str(spec.started_fd)]
+    if spec.interactive:
+        # a session of the cage's own whose controlling terminal is the pty on stdin, so that
+        # job control and the terminal's foreground group stay inside the cage's PID namespace
+        argv += ["setsid", "--ctty", "--wait"]
     argv += list(spec.command)
     return argv
 
 
 STARTED_SCRIPT = 'printf s >"/proc/self/fd/$0" && exec "$@"'
+
+
+def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
+    """The environment of every process of the sandbox, bwrap's own init (the cage's PID 1)
+    included: the cage's, never the caller's. `--clearenv` would clean only what bwrap starts,
+    while bwrap and its init kept whatever the caller had exported (readable in the cage as
+    /proc/1/environ). It is handed over as the process environment rather than as `--setenv`
+    arguments, so no value appears in a command line that the host's users can read."""
+    return dict(spec.env)
 
 
 def cage_environment(

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage.backends import netplan
+from agentcage.backends import netplan, terminal
 from agentcage.backends.keyring import join_new_session_keyring
 from agentcage.backends.profile import CageMeta
 from agentcage.backends.sandbox import (
@@ -31,6 +31,7 @@ from agentcage.backends.sandbox import (
     host_root_links,
     pivot_masks,
     sandbox_argv,
+    sandbox_env,
 )
 from agentcage.backends.seccomp import build_filter
 from agentcage.errors import BackendError
@@ -131,7 +132,8 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
         if detached:
             spec = dataclasses.replace(spec, die_with_parent=False)
         try:
-            proc = subprocess.Popen(sandbox_argv(spec), pass_fds=(*fds, started_w),
+            proc = subprocess.Popen(sandbox_argv(spec), env=sandbox_env(spec),
+                                    pass_fds=(*fds, started_w),
                                     preexec_fn=join_new_session_keyring, **popen_args)
         except (OSError, subprocess.SubprocessError) as e:
             raise BackendError(f"cannot start the sandbox of cage {t.cage.name}: {e}") from None
@@ -147,17 +149,38 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
 
 def run(t: Target, command: Sequence[str], interactive: bool, capture: bool,
         timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    """Run and wait; with `capture`, stdout/stderr are returned instead of inherited."""
-    pipes: dict = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
-                   "stderr": subprocess.PIPE, "text": True} if capture else {}
-    proc, started = launch(t, command, interactive, pipes)
+    """Run and wait; with `capture`, stdout/stderr are returned instead of inherited; with
+    `interactive` (and no capture), the command gets a terminal of its own relayed to ours."""
+    master = None
+    if capture:
+        pipes: dict = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
+                       "stderr": subprocess.PIPE, "text": True}
+        interactive = False
+    elif interactive:
+        master, slave = terminal.open_pty(0)
+        pipes = {"stdin": slave, "stdout": slave, "stderr": slave}
+    else:
+        pipes = {}
+    try:
+        proc, started = launch(t, command, interactive, pipes)
+    finally:
+        if master is not None:
+            os.close(pipes["stdin"])  # the sandbox holds the other end now
     try:
         try:
-            out, err = proc.communicate(timeout=timeout)
+            if master is not None:
+                owned, master = master, None  # relay closes it, whatever happens
+                terminal.relay(owned, proc)
+                out = err = None
+            else:
+                out, err = proc.communicate(timeout=timeout)
         except (KeyboardInterrupt, subprocess.TimeoutExpired):
             proc.kill()
             proc.wait()
             raise
+        finally:
+            if master is not None:
+                os.close(master)
         os.set_blocking(started, False)
         try:
             proof = os.read(started, 16)
