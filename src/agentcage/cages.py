@@ -52,7 +52,7 @@ class CageService:
         if cage.exists():
             raise StateError(f"cage {config.name!r} exists; destroy it or choose another name")
         self.backend.validate(config)
-        proj, volumes = resolve_volumes(config, base, project)
+        proj, volumes = resolve_volumes(config, base, project, (self.store.root,))
         cage = self.store.create(config.name)
         try:
             self._write_state(cage, config, proj, volumes)
@@ -129,7 +129,8 @@ class CageService:
             if config.name != name:
                 raise StateError(f"the configuration names cage {config.name!r}, not {name!r}")
             self.backend.validate(config)
-            self._write_state(cage, config, *resolve_volumes(config, base, project))
+            self._write_state(cage, config,
+                              *resolve_volumes(config, base, project, (self.store.root,)))
             self.backend.start(cage, config, gateway=gateway)
             return self.backend.exec(cage, list(command or config.container.command),
                                      interactive)

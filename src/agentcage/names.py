@@ -2,4 +2,5 @@
 
 import re
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# \Z, not $: "$" also matches before a trailing newline, and "name\n" is not a name
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}\Z")

@@ -96,3 +96,43 @@ def test_scaffold_aliases_and_unknown():
     assert scaffold_config("claude", "x").scaffold == "claude-code"
     with pytest.raises(ConfigError, match="choose one of"):
         scaffold_text("nope", "x")
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("name: a\nx:\n  " + BOMB.replace("\n", "\n  "), "aliases"),
+    ("name: a\ndomains: {mode: allowlist, allow: *i}\n" + BOMB, "aliases"),
+    ("name: a\nx: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper"),
+    ("name: a\nrate_limit: {burst: " + "9" * 5000 + "}\n", "cannot be read"),
+    ("name: a\ndomains: {mode: allowlist, allow: [" + ", ".join(
+        f"d{i}.example.com" for i in range(150_000)) + "]}\n", "larger than|more than"),
+])
+def test_hostile_yaml_is_refused_in_one_line_and_quickly(text, why):
+    import re
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        load_config_text(text)
+    assert re.search(why, str(e.value)), str(e.value)
+    assert "\n" not in str(e.value)
+    assert time.monotonic() - start < 30  # a bound against a hang, not a performance test
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    ("name: a\n".encode("utf-16"), "not UTF-8"),
+    (b"name: a\xff\xfe\n", "not UTF-8"),
+])
+def test_config_files_in_other_encodings_are_refused(tmp_path, raw, why):
+    from agentcage.config.load import load_config
+
+    path = tmp_path / "cage.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(ConfigError, match=why):
+        load_config(path)
+    path.write_bytes(b"\xef\xbb\xbfname: a\n")  # a byte-order mark alone is fine
+    assert load_config(path).name == "a"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from agentcage.backends.sandbox import WORKSPACE
 from agentcage.errors import BackendError
+from agentcage.mounts import resolved_source_refusal
 
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
@@ -81,9 +82,14 @@ def choose_host_user(config: CageConfig, project: Path) -> tuple[int, int]:
     return 65534, 65534  # nobody:nogroup
 
 
-def resolve_volumes(config: CageConfig, base: Path, project: Path | None) -> tuple[
+def resolve_volumes(config: CageConfig, base: Path, project: Path | None,
+                    protected: tuple[Path, ...] = ()) -> tuple[
         Path, tuple[tuple[str, str, str], ...]]:
-    """(project dir, all volumes with absolute host paths); --project overrides /workspace."""
+    """(project dir, all volumes with absolute host paths); --project overrides /workspace.
+
+    Every source is checked again once resolved (`~`, relative paths, `..`, symlinks): what
+    cage.yaml spells and what it names can differ. `protected`: directories no mount may reach
+    (agentcage's own state)."""
     volumes = []
     proj = project
     for v in config.container.parsed_volumes():
@@ -100,4 +106,7 @@ def resolve_volumes(config: CageConfig, base: Path, project: Path | None) -> tup
     for src, _, _ in volumes:
         if not Path(src).is_dir():
             raise BackendError(f"volume source {src} is not a directory; create it or fix the path")
+        refusal = resolved_source_refusal(Path(src), protected)
+        if refusal:
+            raise BackendError(f"volume {src}: {refusal}")
     return proj, tuple(volumes)

@@ -12,10 +12,50 @@ from agentcage.config.model import CageConfig
 from agentcage.errors import ConfigError
 
 _MAX_VALUE_CHARS = 60
+# A cage.yaml is a page of settings. These bounds keep a hostile or broken file (a YAML alias
+# bomb, megabytes of domains, nesting thousands deep) from hanging the CLI or exhausting memory:
+# such a file is refused with one line before anything else happens.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_NODES = 100_000
+MAX_DEPTH = 64
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """safe_load, refusing aliases (`*name`: the alias bomb, where a few lines expand to
+    billions of values) and bounding the number and nesting of nodes."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._nodes = 0
+        self._depth = 0
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise _Refused(f"line {mark.line + 1}: YAML aliases (*name) are not accepted in a "
+                           "cage.yaml; write the value out")
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _Refused(f"more than {MAX_NODES} values; a cage.yaml is a page of settings")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _Refused(f"nested deeper than {MAX_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _Refused(Exception):
+    pass
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
+    # Only the start of a value is shown, so only the start is rendered (never the repr of a
+    # whole large value).
+    if isinstance(value, (dict, list, tuple)):
+        return f"<{type(value).__name__} of {len(value)}>"
+    text = repr(value[:_MAX_VALUE_CHARS]) if isinstance(value, str) else repr(value)
     return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 3] + "..."
 
 
@@ -62,12 +102,23 @@ def format_errors(exc: ValidationError, data: Any) -> list[str]:
 
 
 def load_config_text(text: str, source: str = "cage.yaml") -> CageConfig:
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a cage.yaml "
+                          "is a page of settings")
     try:
-        data = yaml.safe_load(text)
+        loader = _BoundedLoader(text)
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except _Refused as e:
+        raise ConfigError(f"{source}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{source}{where}: not valid YAML; check the indentation") from None
+    except ValueError as e:  # e.g. an integer with thousands of digits
+        raise ConfigError(f"{source}: a value cannot be read ({e}); fix it") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of keys (name:, domains:, ...)")
     try:
@@ -80,9 +131,14 @@ def load_config_text(text: str, source: str = "cage.yaml") -> CageConfig:
 def load_config(path: str | Path) -> CageConfig:
     p = Path(path)
     try:
-        text = p.read_text()
+        with p.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"{p}: cannot read ({e.strerror}); check the path") from None
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark is tolerated, other encodings not
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     return load_config_text(text, source=str(p))
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -21,11 +20,10 @@ from pydantic import (
 )
 
 from agentcage.domains import DomainPattern, parse_pattern
+from agentcage.mounts import target_refusal, written_source_refusal
 from agentcage.names import NAME_RE
 
-# Host directories that hold credentials or the host itself: never mounted into a cage.
-SENSITIVE_HOME_DIRS = (".ssh", ".aws", ".gnupg", ".kube", ".docker", ".config/agentcage")
-SENSITIVE_ROOTS = ("/", "/etc", "/root", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Strict(BaseModel):
@@ -53,19 +51,10 @@ def parse_volume(spec: str) -> Volume:
     mode = parts[2] if len(parts) == 3 else "rw"
     if mode not in ("rw", "ro"):
         raise ValueError(f"mode must be rw or ro, not {mode!r}")
-    if not parts[1].startswith("/"):
-        raise ValueError("the container path must be absolute, e.g. /workspace")
-    host = parts[0]
-    home_relative = host[2:] if host.startswith("~/") else None
-    normal = str(PurePosixPath(host)).rstrip("/") or "/"
-    if normal in SENSITIVE_ROOTS:
-        raise ValueError(f"{host} is a host system directory; mount a project directory instead")
-    if home_relative is not None or "/home/" in normal or normal.startswith("/root"):
-        tail = home_relative if home_relative is not None else normal
-        for sensitive in SENSITIVE_HOME_DIRS:
-            if f"/{sensitive}" in f"/{tail}/" or tail.startswith(sensitive):
-                raise ValueError(f"{host} holds credentials ({sensitive}); it is never mounted")
-    return Volume(host=host, target=parts[1], mode=mode)  # type: ignore[arg-type]
+    for refusal in (target_refusal(parts[1]), written_source_refusal(parts[0])):
+        if refusal:
+            raise ValueError(refusal)
+    return Volume(host=parts[0], target=parts[1], mode=mode)  # type: ignore[arg-type]
 
 
 class TmpfsMount(Strict):
@@ -111,6 +100,18 @@ class Container(Strict):
     def _user(cls, v: str) -> str:
         if not re.fullmatch(r"\d{1,9}(:\d{1,9})?", v):
             raise ValueError("write UID:GID with numbers, e.g. 1000:1000")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not ENV_NAME_RE.fullmatch(key):
+                raise ValueError(f"{key!r} is not a variable name: use letters, digits and _, "
+                                 "not starting with a digit")
+            if "\0" in value:
+                raise ValueError(f"the value of {key} holds a NUL byte, which no environment "
+                                 "can carry")
         return v
 
     @field_validator("volumes")
@@ -217,7 +218,7 @@ def _header_name(value: str) -> str:
 
 
 class SecretInjection(Strict):
-    env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]  # Rust regex: $ is the end
     inject_to: list[Pattern]
     inject_headers: bool = True
     inject_body: bool = False
