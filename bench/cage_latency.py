@@ -131,7 +131,7 @@ def main() -> None:
             config = load_config_text(
                 f"name: latency\ndomains: {{mode: allowlist, allow: [{HOST}]}}\n"
                 f"dns_servers: [{net.dns_address}]\nrate_limit: {{requests_per_second: 10000, "
-                f"burst: 10000}}\ngateway: {{uplink: 'netns:{net.netns}', trusted_networks: "
+                f"burst: 10000}}\ngateway: {{uplink: 'netns:{client.netns}', trusted_networks: "
                 f"[10.200.0.0/16], upstream_ca_files: ['{net.ca_cert_path}']}}\n")
             service.create(config, work)
             try:

@@ -52,7 +52,8 @@ def main() -> None:
     env = {**os.environ, "AGENTCAGE_HOME": str(work / "home")}
     try:
         with FakeInternet() as net:
-            uplink = ["--uplink", f"netns:{net.netns}", "--dns", net.dns_address]
+            host_ns = net.add_client().netns  # plays the host's network: never the real one
+            uplink = ["--uplink", f"netns:{host_ns}", "--dns", net.dns_address]
             bwrap = [median_ms([timed(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"])
                                 for _ in range(args.runs)])]
             python = median_ms([timed([sys.executable, "-c", "pass"]) for _ in range(args.runs)])
@@ -62,7 +63,7 @@ def main() -> None:
                                      "--", "true"], env) for _ in range(args.runs)])
             config = work / "cage.yaml"
             config.write_text(f"name: bench\ndns_servers: [{net.dns_address}]\n"
-                              f"gateway: {{uplink: 'netns:{net.netns}'}}\n")
+                              f"gateway: {{uplink: 'netns:{host_ns}'}}\n")
             timed([*CLI, "cage", "create", "-c", str(config), "--project", str(work)], env)
             try:
                 warm_cli = median_ms([timed([*CLI, "exec", "bench", "--", "true"], env)

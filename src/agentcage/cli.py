@@ -58,7 +58,8 @@ def init(name: str, scaffold: str, output: Path, force: bool) -> None:
     out.print(f"wrote {output} (scaffold {scaffold}); next: agentcage cage create -c {output}")
 
 
-def _apply_overrides(config, *, name, uplink, dns, trust, upstream_ca, allow):
+def _apply_overrides(config, *, name, uplink, dns, trust, upstream_ca, allow,
+                     lifecycle="ephemeral"):
     import yaml
 
     from agentcage.config.load import dump_config, load_config_text
@@ -71,14 +72,16 @@ def _apply_overrides(config, *, name, uplink, dns, trust, upstream_ca, allow):
     if dns:
         data["dns_servers"] = list(dns)
     if trust:
-        data["gateway"]["trusted_networks"] = list(trust)
+        data["gateway"]["trusted_networks"] = [*data["gateway"]["trusted_networks"], *trust]
     if upstream_ca:
-        data["gateway"]["upstream_ca_files"] = [str(Path(p).resolve()) for p in upstream_ca]
+        data["gateway"]["upstream_ca_files"] = [*data["gateway"]["upstream_ca_files"],
+                                                *(str(Path(p).resolve()) for p in upstream_ca)]
     if allow:
         data["domains"]["mode"] = data["domains"].get("mode") or "allowlist"
         data["domains"]["allow"] = [*data["domains"].get("allow", []), *allow]
-    data["lifecycle"] = "ephemeral"
-    return load_config_text(yaml.safe_dump(data), source="run options")
+    if lifecycle:
+        data["lifecycle"] = lifecycle
+    return load_config_text(yaml.safe_dump(data), source="command-line options")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -135,11 +138,19 @@ def cage() -> None:
               type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--no-start", is_flag=True, help="write the state but do not start")
-def cage_create(config_path: Path, project: Path | None, no_start: bool) -> None:
+@click.option("--upstream-ca", multiple=True,
+              help="extra CA file trusted for upstream TLS, e.g. a corporate proxy's (repeatable)")
+@click.option("--trust-network", "trust", multiple=True,
+              help="test world only: a private network treated as public (repeatable)")
+def cage_create(config_path: Path, project: Path | None, no_start: bool,
+                upstream_ca: tuple[str, ...], trust: tuple[str, ...]) -> None:
     """Create (and start) a cage from cage.yaml."""
     from agentcage.config.load import load_config
 
     config = load_config(config_path)
+    if upstream_ca or trust:
+        config = _apply_overrides(config, name=None, uplink=None, dns=(), trust=trust,
+                                  upstream_ca=upstream_ca, allow=(), lifecycle=None)
     _service().create(config, config_path.resolve().parent, project, start=not no_start)
     out.print(f"cage {config.name} {'created' if no_start else 'running'}")
 

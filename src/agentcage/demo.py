@@ -72,13 +72,13 @@ class DemoResult:
     verified: service.SavedReport
 
 
-def _config_text(net: FakeInternet) -> str:
+def _config_text(net: FakeInternet, uplink_ns: str) -> str:
     return f"""
 name: {CAGE_NAME}
 domains: {{mode: allowlist, allow: [{ALLOWED}]}}
 dns_servers: [{net.dns_address}]
 gateway:
-  uplink: "netns:{net.netns}"
+  uplink: "netns:{uplink_ns}"
   trusted_networks: ["10.200.0.0/16"]
   upstream_ca_files: ["{net.ca_cert_path}"]
 secret_injection:
@@ -107,14 +107,16 @@ def _in_a_cage(
     net: FakeInternet, scratch: Path, out_dir: Path, say: Callable[[str], None]
 ) -> DemoResult:
     store = StateStore(scratch / "home")
-    backend = NamespaceBackend(store, attach_uplink=lambda ns: net.attach(ns, ipv6=False).interface)
-    cages = CageService(store, backend)
+    cages = CageService(store, NamespaceBackend(store))
+    # The cage's uplink: a namespace linked to the fake internet, playing the host's network
+    # (the real host's is never used).
+    uplink_ns = net.add_client().netns
     project = scratch / "project"
     project.mkdir()
     (project / "README").write_text("a project the agent may work on\n")
     os.chown(project, 65534, 65534)
     say(f"creating cage {CAGE_NAME!r}: only {ALLOWED} is allowed")
-    cages.create(load_config_text(_config_text(net)), project)
+    cages.create(load_config_text(_config_text(net, uplink_ns)), project)
     try:
         requests = []
         for host in (ALLOWED, BLOCKED):

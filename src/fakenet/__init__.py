@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fakenet.errors import FakeNetError
+    from fakenet.host import FakeHost
     from fakenet.internet import Client, FakeInternet, Link
     from fakenet.records import SinkRecord
     from fakenet.topology import leaked_namespaces
@@ -33,6 +34,7 @@ _EXPORTS = {
     "ZONE": "fakenet.zone",
     "Client": "fakenet.internet",
     "FakeInternet": "fakenet.internet",
+    "FakeHost": "fakenet.host",
     "FakeNetError": "fakenet.errors",
     "Link": "fakenet.internet",
     "SinkRecord": "fakenet.records",
@@ -42,6 +44,7 @@ _EXPORTS = {
 __all__ = [
     "ZONE",
     "Client",
+    "FakeHost",
     "FakeInternet",
     "FakeNetError",
     "Link",

@@ -25,6 +25,17 @@ def needs_root() -> None:
         pytest.skip("needs root (network namespaces)")
 
 
+class World:
+    """The fake internet, plus the namespace that plays the cages' uplink host: linked to the
+    internet, with a default route into it (`uplink_ns`). Everything else is the internet's."""
+
+    def __init__(self, internet, uplink_ns: str):
+        self.internet, self.uplink_ns = internet, uplink_ns
+
+    def __getattr__(self, name: str):
+        return getattr(self.internet, name)
+
+
 @pytest.fixture(scope="session")
 def net():
     needs_root()
@@ -32,7 +43,7 @@ def net():
 
     # api.anthropic.com: a provider's own domain, for the secrets inspector's allow case
     with FakeInternet(extra_names={"api.anthropic.com": None}, catch_all=False) as internet:
-        yield internet
+        yield World(internet, internet.add_client().netns)
 
 
 def make_project(root: Path, *, hooks: bool = True, claude: bool = True) -> Path:
@@ -62,7 +73,7 @@ name: {name}
 domains: {{mode: allowlist, allow: [{allow_list}]}}
 dns_servers: [{net.dns_address}]
 gateway:
-  uplink: "netns:{net.netns}"
+  uplink: "netns:{net.uplink_ns}"
   trusted_networks: [{trusted}]
   upstream_ca_files: ["{net.ca_cert_path}"]
 {extra}
@@ -94,13 +105,12 @@ class CageHandle:
         return self.service.audit(self.name)
 
 
-def start_cage(net, name: str, allow: list[str], *, attach: bool = True,
+def start_cage(net, name: str, allow: list[str], *,
                gateway_env: dict[str, str] | None = None, **kw) -> Iterator[CageHandle]:
     tmp = Path(tempfile.mkdtemp(prefix="agentcage-test-"))  # /tmp: reachable by the agent uid
     os.chmod(tmp, 0o755)
     store = StateStore(tmp / "home")
-    attacher = (lambda ns: net.attach(ns, ipv6=False).interface) if attach else None
-    backend = NamespaceBackend(store, attach_uplink=attacher, gateway_env=gateway_env)
+    backend = NamespaceBackend(store, gateway_env=gateway_env)
     service = CageService(store, backend)
     project = make_project(tmp / "work")
     config = load_config_text(cage_yaml(net, name, allow, **kw))

@@ -173,7 +173,7 @@ def test_reload_swaps_secrets_and_a_failed_reload_blocks_everything(tmp_path: Pa
         stage(STAGED, staged)
         settings = GatewaySettings(
             cage_name="t", netns="n", cage_iface="i", gateway_address="10.200.128.1",
-            cage_network="10.200.128.0/30", uplink_iface="u", dns_servers=(),
+            cage_network="10.200.128.0/30", uplink_netns="", dns_servers=(),
             policy_path="p", audit_path=str(tmp_path / "audit"), ready_path="r",
             confdir="c", upstream_ca_path="ca", secrets_path=str(staged),
             reload_ack_path=str(tmp_path / "ack.json"),

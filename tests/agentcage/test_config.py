@@ -57,7 +57,6 @@ INVALID = [
     ("name: a\ncontainer: {no_new_privileges: false}", "cannot be turned off"),
     ("name: a\ncontainer: {user: root}", "UID:GID"),
     ("name: a\nsecrets: {backend: plaintext}", "explicit opt-in"),
-    ("name: a\ngateway: {uplink: 'netns:inet'}", "needs dns_servers"),
     ("name: a\ngateway: {uplink: vpn}", "gateway.uplink = 'vpn'"),
     ("name: a\ngateway: {trusted_networks: [nope]}", "CIDR"),
     ("name: a\ndns_servers: [resolver]", "IP address"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from pathlib import Path
 
 import pytest
 
@@ -162,23 +163,27 @@ echo done
     # (ICMP never even leaves the cage: an unprivileged uid has no ICMP socket there)
 
 
-def test_gateway_firewall_refuses_private_upstreams_whatever_the_proxy_does(cage):
-    # second layer: even a process in the gateway namespace cannot reach an untrusted private
-    # address on an allowed port (the metadata address); the trusted service block is reachable
+def test_nothing_made_in_the_gateway_namespace_reaches_the_network(cage):
+    # second layer: the gateway namespace has no route out. Only sockets the gateway makes in
+    # the uplink namespace leave, so a socket opened there by anything else (a library, a
+    # hook gone wrong) reaches nothing, trusted or not.
+    import subprocess
+
     from agentcage.backends.netplan import NetPlan, in_ns
 
     gw = NetPlan.from_dict(cage.runtime["plan"]).gw_ns
     probe = ("import socket,sys\n"
              "try:\n socket.create_connection((sys.argv[1], 80), timeout=1.5); print('open')\n"
              "except OSError as e: print('refused', e)")
-    import subprocess
 
-    def reach(addr: str) -> str:
-        return subprocess.run(in_ns(gw, ["python3", "-c", probe, addr]), capture_output=True,
+    def reach(ns: str, addr: str) -> str:
+        return subprocess.run(in_ns(ns, ["python3", "-c", probe, addr]), capture_output=True,
                               text=True, timeout=30).stdout.strip()
 
-    assert reach(cage.net.metadata_address).startswith("refused")
-    assert reach(cage.net.address_of("allowed.example.test")) == "open"  # control
+    assert reach(gw, cage.net.metadata_address).startswith("refused")
+    assert reach(gw, cage.net.address_of("allowed.example.test")).startswith("refused")
+    # control: the same connect from the uplink namespace does reach the server
+    assert reach(cage.net.uplink_ns, cage.net.address_of("allowed.example.test")) == "open"
 
 
 def test_dns_for_unallowed_names_never_leaves(cage):
@@ -289,3 +294,22 @@ def test_invalid_policy_reload_blocks_everything_then_recovers(cage):
         path.write_text(good)
     assert wait_for(lambda: cage.sh(
         f"{CURL} -o /dev/null -w '%{{http_code}}' https://allowed.example.test/").stdout == "200")
+
+
+def test_only_the_uplink_thread_of_the_gateway_is_outside_the_gateway_namespace(cage):
+    # the listeners, the resolver and every library thread live in the gateway namespace; one
+    # thread, which makes the upstream sockets, lives in the uplink namespace
+    import os
+
+    from agentcage.backends.netplan import NetPlan
+
+    pid = cage.runtime["gateway_pid"]
+    gw_ns = os.stat(f"/run/netns/{NetPlan.from_dict(cage.runtime['plan']).gw_ns}").st_ino
+    uplink_ns = os.stat(f"/run/netns/{cage.net.uplink_ns}").st_ino
+    where = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        comm = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+        where[(task, comm)] = os.stat(f"/proc/{pid}/task/{task}/ns/net").st_ino
+    outside = {k: v for k, v in where.items() if v != gw_ns}
+    assert list(outside.values()) == [uplink_ns], where
+    assert len(where) > 1  # control: there are threads, and most are inside

@@ -20,7 +20,7 @@ def plan(uplink="netns:fn-abc-inet", slot=3) -> NetPlan:
 def test_addresses_stay_in_the_cage_range():
     for slot in (0, 64, 119):
         p = plan(slot=slot)
-        for addr in (p.gateway_address, p.cage_address, p.uplink_address, p.uplink_peer_address):
+        for addr in (p.gateway_address, p.cage_address):
             assert ipaddress.ip_address(addr) in ipaddress.ip_network("10.200.128.0/17")
     p = plan(slot=3)
     assert (p.gateway_address, p.cage_address) == ("10.200.131.1", "10.200.131.2")
@@ -28,30 +28,26 @@ def test_addresses_stay_in_the_cage_range():
         plan(slot=120)
 
 
-def test_veths_are_born_inside_namespaces():
-    for cmd in setup_commands(plan()):
-        if "veth" in cmd:
-            assert cmd[:3] == ["ip", "-n", "agc-a1b2c3-gw"]
-            assert "netns" in cmd
+@pytest.mark.parametrize("uplink", ["host", "netns:fn-abc-host"])
+def test_the_network_is_two_namespaces_and_one_veth_between_them(uplink):
+    cmds = setup_commands(plan(uplink=uplink))
+    for cmd in cmds:
         assert cmd[0] in ("ip", "nsenter")
+        # every command acts inside one of the cage's own namespaces, never the host's or the
+        # uplink's: no address, route, link, firewall rule or sysctl is added anywhere else
+        assert (cmd[:3] in (["ip", "-n", "agc-a1b2c3-gw"], ["ip", "-n", "agc-a1b2c3-cg"])
+                or cmd[:3] in (["ip", "netns", "add"],)
+                or cmd[:2] == ["nsenter", "--net=/run/netns/agc-a1b2c3-cg"]), cmd
         assert "netns exec" not in " ".join(cmd)
-        assert "ip_forward" not in " ".join(cmd)  # never the host's
+        assert "ip_forward" not in " ".join(cmd)
+        assert "fn-abc-host" not in " ".join(cmd)
+    veths = [c for c in cmds if "veth" in c]
+    assert len(veths) == 1 and veths[0][-2:] == ["netns", "agc-a1b2c3-cg"]
 
 
-def test_host_uplink_plan_touches_only_its_own_link():
-    cmds = [" ".join(c) for c in setup_commands(plan(uplink="host"))]
-    host_side = [c for c in cmds if not c.startswith(("ip -n", "ip netns", "nsenter"))]
-    assert host_side == ["ip addr add 10.200.131.6/30 dev agca1b2c3u",
-                         "ip link set agca1b2c3u up"]
-    assert not any("iptables" in c or "nft" in c or "sysctl" in c for c in host_side)
-
-
-def test_teardown_removes_namespaces_and_foreign_link():
-    cmds = teardown_commands(plan())
-    assert cmds[0] == ["ip", "-n", "agc-a1b2c3-gw", "link", "del", "up0"]
-    assert ["ip", "netns", "del", "agc-a1b2c3-cg"] in cmds
-    assert ["ip", "netns", "del", "agc-a1b2c3-gw"] in cmds
-    assert ["ip", "-n", "fn-abc-inet", "link", "del", "agca1b2c3u"] in cmds
+def test_teardown_removes_both_namespaces():
+    assert teardown_commands(plan()) == [["ip", "netns", "del", "agc-a1b2c3-cg"],
+                                         ["ip", "netns", "del", "agc-a1b2c3-gw"]]
 
 
 def test_free_slot():
@@ -63,7 +59,7 @@ def test_free_slot():
 def settings(**kw) -> GatewaySettings:
     base = dict(cage_name="x", netns="agc-a1b2c3-gw", cage_iface="cage0",
                 gateway_address="10.200.131.1",
-                cage_network="10.200.131.0/30", uplink_iface="up0", dns_servers=("10.200.255.53",),
+                cage_network="10.200.131.0/30", uplink_netns="", dns_servers=("10.200.255.53",),
                 policy_path="/p", audit_path="/a", ready_path="/r", confdir="/c",
                 upstream_ca_path="/u", tcp_ports=(80, 443))
     base.update(kw)
@@ -77,7 +73,7 @@ def test_ruleset_default_deny_shape():
     assert "redirect to :8443" in rules
     assert "tcp dport 8443 ct status dnat accept" in rules
     assert "fib daddr type local reject" in rules  # self-loop guard
-    assert "ip daddr { 10.200.255.53 } udp dport 53 accept" in rules
+    assert "oifname" not in rules.replace('oifname "cage0"', "")  # no uplink in this namespace
     assert "meta nfproto ipv6 counter name ipv6 drop" in rules
     assert "tcp dport { 80, 443 }" in rules
 

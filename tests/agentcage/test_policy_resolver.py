@@ -101,9 +101,39 @@ def test_resolver_fails_closed():
     assert reply.q.qtype == QTYPE.A
 
 
+@pytest.fixture(scope="module")
+def uplink():
+    """A real uplink: a scratch namespace whose address is 10.77.0.1/24 (with 10.200.254.1/32
+    on its loopback, inside the test world's trusted block) and a default route out of a veth.
+    Cleaned up with the namespaces."""
+    import os
+    import secrets
+    import subprocess
+
+    from agentcage.gateway.uplink import Uplink
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    ns, peer = f"agct-{secrets.token_hex(3)}", f"agcp-{secrets.token_hex(3)}"
+    script = [f"netns add {ns}", f"netns add {peer}",
+              f"link add v0 netns {ns} type veth peer name v1 netns {peer}",
+              f"-n {ns} addr add 10.77.0.1/24 dev v0", f"-n {ns} link set v0 up",
+              f"-n {ns} link set lo up", f"-n {ns} addr add 10.200.254.1/32 dev lo",
+              f"-n {peer} link set v1 up", f"-n {ns} route add default via 10.77.0.254"]
+    try:
+        for line in script:
+            subprocess.run(["ip", *line.split()], check=True, capture_output=True)
+        up = Uplink.of_path(f"/run/netns/{ns}")
+        yield up
+        up.close()
+    finally:
+        for name in (ns, peer):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
 class FakeResolver:
-    def __init__(self, answers):
-        self.answers = answers
+    def __init__(self, answers, uplink):
+        self.answers, self.uplink = answers, uplink
 
     async def resolve(self, name):
         return self.answers[name]
@@ -117,10 +147,16 @@ class FakeResolver:
     ("a.example.test", ("10.200.254.21",), ("10.200.254.0/24",), True),
     ("a.example.test", ("10.200.255.169",), ("10.200.254.0/24",), False),
     ("93.184.216.34", (), (), False),
+    # the uplink host's own addresses, even where trusted: its own services are never upstreams
+    ("a.example.test", ("10.200.254.1",), ("10.200.254.0/24",), False),
+    ("a.example.test", ("10.77.0.1",), ("10.77.0.0/16",), False),
+    ("a.example.test", ("10.77.0.255",), ("10.77.0.0/16",), False),  # its broadcast address
+    ("a.example.test", ("10.77.0.9",), ("10.77.0.0/16",), True),  # control: its neighbour
 ])
-def test_upstream_connector_anti_rebinding(host, answers, trusted, ok):
+def test_upstream_connector_anti_rebinding(uplink, host, answers, trusted, ok):
     rule = UpstreamAddressRule.from_strings(trusted)
-    conn = UpstreamConnector(FakeResolver({host: answers}), rule, lambda h, p: None, timeout=1)
+    conn = UpstreamConnector(FakeResolver({host: answers}, uplink), rule, lambda h, p: None,
+                             timeout=1)
     if ok:
         assert asyncio.run(conn.target(host, 443)) == answers[0]
     else:
@@ -128,8 +164,9 @@ def test_upstream_connector_anti_rebinding(host, answers, trusted, ok):
             asyncio.run(conn.target(host, 443))
 
 
-def test_upstream_connector_asks_the_policy():
-    conn = UpstreamConnector(FakeResolver({}), UpstreamAddressRule(), lambda h, p: "nope", 1)
+def test_upstream_connector_asks_the_policy(uplink):
+    conn = UpstreamConnector(FakeResolver({}, uplink), UpstreamAddressRule(),
+                             lambda h, p: "nope", 1)
     with pytest.raises(UpstreamRefused, match="nope"):
         asyncio.run(conn.target("a.example.test", 443))
 

@@ -14,10 +14,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentcage.addresses import parse_ip
 from agentcage.backends import host, netplan, workload
 from agentcage.backends.profile import CageMeta
 from agentcage.backends.sandbox import DEFAULT_PATH, SYSTEM_BUNDLE_PATH
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
 
 READY_TIMEOUT = 30.0
-# Attach a gateway namespace to an uplink someone else manages; returns the gateway's interface.
-UplinkAttacher = Callable[[str], str]
 
 
 def upstream_bundle(extra_files: Sequence[str]) -> bytes:
@@ -54,6 +53,39 @@ def upstream_bundle(extra_files: Sequence[str]) -> bytes:
     return b"\n".join(parts)
 
 
+def resolv_conf_servers(text: str) -> tuple[str, ...]:
+    """The `nameserver` addresses of a resolv.conf, in order."""
+    servers = []
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2 and fields[0] == "nameserver" and parse_ip(fields[1]) is not None:
+            servers.append(fields[1])
+    return tuple(servers)
+
+
+def upstream_dns_servers(config: CageConfig) -> tuple[str, ...]:
+    """`dns_servers`, or else the uplink's own resolver configuration: the host's
+    /etc/resolv.conf (a stub at 127.0.0.53 included: the gateway queries it from the host's
+    namespace), or /etc/netns/NAME/resolv.conf for a named uplink namespace that has one."""
+    if config.dns_servers:
+        return tuple(config.dns_servers)
+    uplink_ns = config.gateway.uplink.removeprefix("netns:")
+    candidates = [Path("/etc/resolv.conf")]
+    if uplink_ns != config.gateway.uplink:
+        candidates.insert(0, Path("/etc/netns") / uplink_ns / "resolv.conf")
+    for path in candidates:
+        try:
+            servers = resolv_conf_servers(path.read_text())
+        except OSError:
+            continue
+        if servers:
+            return servers
+    raise BackendError(
+        f"no DNS server: {' and '.join(map(str, candidates))} name none; set dns_servers in "
+        "cage.yaml (or --dns with `run`)"
+    )
+
+
 def gateway_environment() -> dict[str, str]:
     """The gateway's whole environment: built, not inherited. Whoever ran `agentcage` may have
     API keys or tokens exported; the gateway holds staged secrets only in its memory, from the
@@ -68,10 +100,8 @@ def gateway_environment() -> dict[str, str]:
 class NamespaceBackend:
     name = "namespace"
 
-    def __init__(self, store: StateStore, attach_uplink: UplinkAttacher | None = None,
-                 gateway_env: dict[str, str] | None = None):
+    def __init__(self, store: StateStore, gateway_env: dict[str, str] | None = None):
         self.store = store
-        self.attach_uplink = attach_uplink
         self.gateway_env = gateway_env or {}
 
     # ---- state ---------------------------------------------------------------------------
@@ -106,11 +136,6 @@ class NamespaceBackend:
             raise BackendError(
                 "the namespace backend cannot enforce: " + ", ".join(unsupported) + "; remove them"
             )
-        if not config.dns_servers:
-            raise BackendError(
-                "dns_servers is empty: the gateway resolves allowed names itself; set it to your "
-                "network's resolvers (cage.yaml dns_servers, or --dns with `run`)"
-            )
 
     # ---- start / stop --------------------------------------------------------------------
 
@@ -122,10 +147,11 @@ class NamespaceBackend:
         try:
             require_host()
             self.validate(config)
-            uplink = "attached" if self.attach_uplink else config.gateway.uplink
+            uplink = config.gateway.uplink
             far = uplink.removeprefix("netns:")
             if far != uplink and host.netns_inode(far) is None:
                 raise BackendError(f"gateway.uplink: namespace {far} does not exist")
+            dns_servers = upstream_dns_servers(config)
             with self.store.lock():
                 runtime = self.runtime(cage)
                 ours = gateway is not None and runtime.get("gateway_pid") == gateway.pid
@@ -140,7 +166,7 @@ class NamespaceBackend:
                 self.stop(cage, grace=0)
             raise
         try:
-            return self._bring_up(cage, config, plan, gateway)
+            return self._bring_up(cage, config, plan, gateway, dns_servers)
         except BaseException:
             self.stop(cage)
             raise
@@ -164,10 +190,8 @@ class NamespaceBackend:
         return used
 
     def _bring_up(self, cage: CageDir, config: CageConfig, plan: netplan.NetPlan,
-                  gateway: subprocess.Popen | None) -> dict:
+                  gateway: subprocess.Popen | None, dns_servers: tuple[str, ...]) -> dict:
         commands = netplan.setup_commands(plan)
-        if plan.uplink == "attached":
-            commands = [c for c in commands if c not in netplan.uplink_commands(plan)]
         # Start the gateway process first: it imports mitmproxy and makes its CA (most of the
         # start-up time) while the network and firewall are built. It opens no socket until
         # gateway.json appears; then it enters the gateway namespace and serves.
@@ -178,9 +202,6 @@ class NamespaceBackend:
                                       "gateway_pid": proc.pid})
         for argv in commands:
             host.run(argv)
-        uplink_if = netplan.GW_UP_IF
-        if self.attach_uplink is not None:
-            uplink_if = self.attach_uplink(plan.gw_ns)
         for key, value in sysctls().items():
             host.run(netplan.in_ns(plan.gw_ns, ["sysctl", "-q", "-w", f"{key}={value}"]))
         atomic_write(cage.upstream_ca, upstream_bundle(config.gateway.upstream_ca_files))
@@ -192,8 +213,8 @@ class NamespaceBackend:
             cage_iface=netplan.GW_CAGE_IF,
             gateway_address=plan.gateway_address,
             cage_network=plan.cage_network,
-            uplink_iface=uplink_if,
-            dns_servers=tuple(config.dns_servers),
+            uplink_netns=f"/run/netns/{plan.uplink_ns}" if plan.uplink_ns else "",
+            dns_servers=dns_servers,
             policy_path=str(cage.policy),
             audit_path=str(cage.audit),
             ready_path=str(cage.gateway_ready),

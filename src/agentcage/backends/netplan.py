@@ -1,10 +1,12 @@
 """The cage's network, as data: names, addresses and the `ip` commands that build and remove it.
 
 Per cage, two namespaces with a random suffix: `agc-<suffix>-gw` (the gateway) and
-`agc-<suffix>-cg` (the workload). Every veth is created with both ends already inside
-namespaces, never in the host's. Addresses come from 10.200.128.0/17, below fakenet's service
-block 10.200.254.0/23: slot k (0..119) owns 10.200.(128+k).0/24 — the cage link .0/30
-(gateway .1, cage .2) and the uplink .4/30 (gateway .5, far side .6).
+`agc-<suffix>-cg` (the workload), joined by one veth created with both ends already inside
+them. That is the whole network: the gateway namespace has no other link and no route out. Its
+upstream sockets are made in the uplink namespace (gateway/uplink.py: the host's, or a named
+one), so nothing here ever appears in, or changes, the host's namespace. Addresses come from
+10.200.128.0/17, below fakenet's service block 10.200.254.0/23: slot k (0..119) owns
+10.200.(128+k).0/24, of which the cage link uses .0/30 (gateway .1, cage .2).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 CAGE_RANGE = ipaddress.ip_network("10.200.128.0/17")
 SLOTS = 120  # 10.200.128-247: fakenet keeps 10.200.254.0/23 for its services
 NS_PREFIX = "agc-"
-GW_CAGE_IF, CAGE_IF, GW_UP_IF = "cage0", "eth0", "up0"
+GW_CAGE_IF, CAGE_IF = "cage0", "eth0"
 
 
 def new_suffix() -> str:
@@ -27,7 +29,7 @@ def new_suffix() -> str:
 class NetPlan:
     suffix: str
     slot: int
-    uplink: str  # "host" | "netns:NAME"
+    uplink: str  # "host" | "netns:NAME": where the gateway's upstream sockets are made
 
     def __post_init__(self) -> None:
         if not 0 <= self.slot < SLOTS:
@@ -45,19 +47,12 @@ class NetPlan:
     def uplink_ns(self) -> str | None:
         return self.uplink.removeprefix("netns:") if self.uplink.startswith("netns:") else None
 
-    @property
-    def uplink_peer_if(self) -> str:
-        return f"agc{self.suffix}u"  # in someone else's namespace: carries our suffix
-
     def _addr(self, host: int) -> str:
         return str(CAGE_RANGE.network_address + (self.slot << 8) + host)
 
     gateway_address = property(lambda self: self._addr(1))
     cage_address = property(lambda self: self._addr(2))
-    uplink_address = property(lambda self: self._addr(5))
-    uplink_peer_address = property(lambda self: self._addr(6))
     cage_network = property(lambda self: f"{self._addr(0)}/30")
-    uplink_network = property(lambda self: f"{self._addr(4)}/30")
 
     def to_dict(self) -> dict:
         return {"suffix": self.suffix, "slot": self.slot, "uplink": self.uplink}
@@ -74,7 +69,7 @@ def in_ns(ns: str, argv: list[str]) -> list[str]:
 
 def setup_commands(p: NetPlan) -> list[list[str]]:
     gw, cg = p.gw_ns, p.cage_ns
-    cmds = [
+    return [
         ["ip", "netns", "add", gw],
         ["ip", "netns", "add", cg],
         ["ip", "-n", gw, "link", "set", "lo", "up"],
@@ -89,51 +84,15 @@ def setup_commands(p: NetPlan) -> list[list[str]]:
         in_ns(cg, ["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"]),
         in_ns(cg, ["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"]),
     ]
-    return cmds + uplink_commands(p)
-
-
-def uplink_commands(p: NetPlan) -> list[list[str]]:
-    gw = p.gw_ns
-    far = p.uplink_ns
-    if far is not None:
-        peer = ["netns", far]
-        far_cmds = [
-            ["ip", "-n", far, "addr", "add", f"{p.uplink_peer_address}/30", "dev",
-             p.uplink_peer_if],
-            ["ip", "-n", far, "link", "set", p.uplink_peer_if, "up"],
-        ]
-    else:
-        # host uplink: the far end lives in the host namespace, so the host must route this /30;
-        # agentcage never touches the host's forwarding or firewall (see docs/cage.md).
-        peer = []
-        far_cmds = [
-            ["ip", "addr", "add", f"{p.uplink_peer_address}/30", "dev", p.uplink_peer_if],
-            ["ip", "link", "set", p.uplink_peer_if, "up"],
-        ]
-    return [
-        ["ip", "-n", gw, "link", "add", GW_UP_IF, "type", "veth", "peer", "name",
-         p.uplink_peer_if, *peer],
-        ["ip", "-n", gw, "addr", "add", f"{p.uplink_address}/30", "dev", GW_UP_IF],
-        ["ip", "-n", gw, "link", "set", GW_UP_IF, "up"],
-        *far_cmds,
-        ["ip", "-n", gw, "route", "add", "default", "via", p.uplink_peer_address],
-    ]
 
 
 def teardown_commands(p: NetPlan) -> list[list[str]]:
-    """Idempotent removal. The uplink veth is deleted first, from the gateway's side: that
-    removes its far end at once (a namespace's own veths go away with it, but asynchronously),
-    then the far end is deleted again in case the first step could not run."""
-    cmds = [
-        ["ip", "-n", p.gw_ns, "link", "del", GW_UP_IF],
+    """Idempotent removal (each step may find its object already gone). The veth goes with
+    the namespaces."""
+    return [
         ["ip", "netns", "del", p.cage_ns],
         ["ip", "netns", "del", p.gw_ns],
     ]
-    if p.uplink_ns is not None:
-        cmds.append(["ip", "-n", p.uplink_ns, "link", "del", p.uplink_peer_if])
-    elif p.uplink == "host":
-        cmds.append(["ip", "link", "del", p.uplink_peer_if])
-    return cmds
 
 
 def free_slot(used: set[int], start: int | None = None) -> int:

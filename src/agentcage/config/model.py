@@ -353,9 +353,3 @@ class CageConfig(Strict):
         if not NAME_RE.match(v):
             raise ValueError("use 1-63 of a-z, 0-9 and '-', starting with a letter or digit")
         return v
-
-    @model_validator(mode="after")
-    def _uplink_dns(self) -> CageConfig:
-        if self.gateway.uplink.startswith("netns:") and not self.dns_servers:
-            raise ValueError("a netns: uplink needs dns_servers naming that network's resolver")
-        return self

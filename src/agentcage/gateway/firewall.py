@@ -1,16 +1,16 @@
 """The gateway namespace's nftables ruleset, rendered as text from the settings (pure).
 
-Default deny in every direction: nothing is forwarded; IPv6 is dropped; from the cage only DNS
-to the resolver and TCP to the proxy (80/443/configured ports redirected to the transparent port,
-the regular proxy port by address) are accepted; everything else is counted and dropped. On the
-uplink only DNS to the configured servers and TCP to the allowed ports of public addresses (or
-trusted test networks) may leave, whatever the proxy decided. A self-loop guard refuses
+The gateway namespace has one link, the veth to the cage, and no route anywhere else: upstream
+sockets are made in the uplink namespace (uplink.py), so nothing created in this namespace can
+reach the network, whatever a hook or a library does. On top of that, default deny in every
+direction: nothing is forwarded; IPv6 is dropped; from the cage only DNS to the resolver and TCP
+to the proxy (80/443/configured ports redirected to the transparent port, the regular proxy port
+by address) are accepted; everything else is counted and dropped. A self-loop guard refuses
 connections from the gateway to its own proxy ports.
 """
 
 from __future__ import annotations
 
-from agentcage.addresses import NEVER_PUBLIC_V4
 from agentcage.gateway.settings import GatewaySettings
 
 TABLE = "agentcage"
@@ -21,7 +21,7 @@ COUNTERS = (
     "cage_other",
     "ipv6",
     "forward",
-    "uplink_in",
+    "input",
     "output",
 )
 
@@ -31,23 +31,11 @@ def _set(values) -> str:
 
 
 def render_ruleset(s: GatewaySettings) -> str:
-    cage, up = f'"{s.cage_iface}"', f'"{s.uplink_iface}"'
+    cage = f'"{s.cage_iface}"'
     ports = _set(sorted(set(s.tcp_ports)))
     proxy_ports = _set(s.proxy_ports)
-    dns = _set(s.dns_servers) if s.dns_servers else None
     net, gw = s.cage_network, s.gateway_address
     counters = "\n".join(f"  counter {name} {{}}" for name in COUNTERS)
-    private = ", ".join(NEVER_PUBLIC_V4)
-    trusted = [n for n in s.trusted_networks if ":" not in n]
-    trusted_rule = (
-        f"    oifname {up} ip daddr {_set(trusted)} tcp dport {ports} accept\n" if trusted else ""
-    )
-    uplink_dns = (
-        f"    oifname {up} ip daddr {dns} udp dport 53 accept\n"
-        f"    oifname {up} ip daddr {dns} tcp dport 53 accept\n"
-        if dns
-        else ""
-    )
     return f"""table inet {TABLE}
 delete table inet {TABLE}
 table inet {TABLE} {{
@@ -82,8 +70,7 @@ table inet {TABLE} {{
     iifname {cage} ip saddr {net} ip daddr {gw} tcp dport {s.regular_port} accept
     iifname {cage} ct state established accept
     iifname {cage} jump cage_drop
-    iifname {up} ct state established,related accept
-    counter name uplink_in drop
+    counter name input drop
   }}
 
   chain forward {{
@@ -105,9 +92,7 @@ table inet {TABLE} {{
     meta nfproto ipv6 counter name ipv6 drop
     tcp dport {proxy_ports} fib daddr type local reject with tcp reset
     oif "lo" accept
-    ct state established,related accept
-{uplink_dns}{trusted_rule}    oifname {up} ip daddr {{ {private} }} counter name output drop
-    oifname {up} tcp dport {ports} accept
+    oifname {cage} ct state established,related accept
     counter name output drop
   }}
 }}
@@ -120,5 +105,4 @@ def sysctls() -> dict[str, str]:
         "net.ipv4.ip_forward": "0",
         "net.ipv6.conf.all.disable_ipv6": "1",
         "net.ipv6.conf.default.disable_ipv6": "1",
-        "net.ipv4.tcp_syn_retries": "2",
     }

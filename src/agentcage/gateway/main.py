@@ -28,6 +28,7 @@ from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
+from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
 
 FAULT_ENV = "AGENTCAGE_GATEWAY_FAULT_HOST"  # test hook: requests to this host raise in the addon
@@ -156,7 +157,8 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
     _ack(settings, armour, None)
 
 
-async def serve(settings: GatewaySettings, timings: dict[str, float] | None = None) -> int:
+async def serve(settings: GatewaySettings, uplink: Uplink,
+                timings: dict[str, float] | None = None) -> int:
     audit_log = AuditLog(Path(settings.audit_path))
     holder = PolicyHolder(Path(settings.policy_path), audit_log.write)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
@@ -185,7 +187,7 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
     loop = asyncio.get_running_loop()
     assert isinstance(loop, GatewayEventLoop)
     loop.connector = UpstreamConnector(
-        UpstreamResolver(settings.dns_servers),
+        UpstreamResolver(settings.dns_servers, uplink),
         addresses,
         addon.name_refusal,
         settings.connect_timeout_seconds,
@@ -266,14 +268,28 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.01)
     t_settings = time.monotonic()
     settings = GatewaySettings.load(args.settings)
-    enter_namespace(settings.netns)
-    install_ca(Path(settings.confdir), ca_key, ca_cert)
-    timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3)}
-    return asyncio.run(serve(settings, timings), loop_factory=GatewayEventLoop)
+    # The uplink is the namespace this process started in (the host's, where `agentcage`
+    # runs), unless the settings name one; its descriptor is taken before leaving it.
+    uplink_fd = os.open(settings.uplink_netns or "/proc/thread-self/ns/net",
+                        os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        enter_namespace(settings.netns)
+    except BaseException:
+        os.close(uplink_fd)
+        raise
+    uplink = Uplink(uplink_fd)
+    try:
+        install_ca(Path(settings.confdir), ca_key, ca_cert)
+        timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3)}
+        return asyncio.run(serve(settings, uplink, timings), loop_factory=GatewayEventLoop)
+    finally:
+        uplink.close()
 
 
 def enter_namespace(name: str) -> None:
-    """Join the gateway's network namespace (before any socket exists); exit if that fails."""
+    """Join the gateway's network namespace (before any socket exists); exit if that fails.
+
+    Only the uplink thread (uplink.py), started afterwards, leaves it again, for the uplink."""
     path = f"/run/netns/{name}"
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:

@@ -16,8 +16,11 @@ class GatewaySettings:
     cage_iface: str  # the gateway's end of the veth to the cage
     gateway_address: str  # gateway address on the cage link; allowed names resolve to it
     cage_network: str  # CIDR of the cage link
-    uplink_iface: str
-    dns_servers: tuple[str, ...]
+    # The uplink: where upstream sockets are made (see uplink.py). "" is the namespace the
+    # gateway process was started in (the host's: the one `agentcage` runs in); else the path
+    # of a named namespace (/run/netns/NAME).
+    uplink_netns: str
+    dns_servers: tuple[str, ...]  # upstream resolvers, reached through the uplink
     policy_path: str
     audit_path: str
     ready_path: str

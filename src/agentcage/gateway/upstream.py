@@ -4,9 +4,10 @@ mitmproxy opens upstream connections with `asyncio.open_connection(name, port)`,
 event loop's `create_connection`. The gateway runs mitmproxy on `GatewayEventLoop`, whose
 `create_connection` is the last gate before a SYN leaves: the host must be a name the policy
 allows (never an IP literal), it is resolved by the gateway's own client against the configured
-DNS servers, every address must be public (or in a trusted test network), and the connect is
-bounded by a timeout. The address that was checked is the address that is dialled: no
-time-of-check/time-of-use gap for DNS rebinding.
+DNS servers, every address must be public (or in a trusted test network) and must not be the
+uplink host's own (see uplink.py), and the connect is bounded by a timeout. The address that
+was checked is the address that is dialled: no time-of-check/time-of-use gap for DNS rebinding.
+Every upstream socket, TCP and DNS, is made in the uplink namespace; nothing else leaves.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dnslib import QTYPE, RCODE, DNSRecord
 
 from agentcage.addresses import UpstreamAddressRule, parse_ip
+from agentcage.gateway.uplink import Uplink
 
 
 class UpstreamRefused(ConnectionRefusedError):
@@ -29,8 +31,10 @@ class UpstreamRefused(ConnectionRefusedError):
 class UpstreamResolver:
     """A-record lookups against fixed servers, with a small TTL cache. No AAAA: IPv6 is off."""
 
-    def __init__(self, servers: Sequence[str], timeout: float = 2.0, max_entries: int = 1024):
+    def __init__(self, servers: Sequence[str], uplink: Uplink, timeout: float = 2.0,
+                 max_entries: int = 1024):
         self.servers = tuple(servers)
+        self.uplink = uplink
         self.timeout = timeout
         self.max_entries = max_entries
         self._cache: dict[str, tuple[float, tuple[str, ...]]] = {}
@@ -56,8 +60,9 @@ class UpstreamResolver:
         loop = asyncio.get_running_loop()
         query = DNSRecord.question(name, "A")
         query.header.id = random.randrange(1, 65535)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.setblocking(False)
+        ip = parse_ip(server)
+        family = socket.AF_INET6 if ip is not None and ip.version == 6 else socket.AF_INET
+        sock = await self.uplink.socket(family, socket.SOCK_DGRAM)
         try:
             await loop.sock_connect(sock, (server, 53))
             await loop.sock_sendall(sock, query.pack())
@@ -89,6 +94,7 @@ class UpstreamConnector:
         timeout: float,
     ):
         self.resolver = resolver
+        self.uplink = resolver.uplink
         self.addresses = addresses
         self.name_allowed = name_allowed
         self.timeout = timeout
@@ -105,6 +111,15 @@ class UpstreamConnector:
             raise UpstreamRefused(
                 f"agentcage: {host} resolves to non-public address {refused[0]} (anti-rebinding)"
             )
+        # Public is not enough: the host's own addresses (its public ones included) would lead
+        # to the host's services. Every address is asked, as with the rule above.
+        for address in addrs:
+            route = await self.uplink.route(address)
+            if route != "unicast":
+                raise UpstreamRefused(
+                    f"agentcage: {host} resolves to {address}, which the uplink routes as "
+                    f"{route}, not to another machine (anti-rebinding: the host itself)"
+                )
         return addrs[0]
 
 
@@ -118,6 +133,16 @@ class GatewayEventLoop(asyncio.SelectorEventLoop):
             raise UpstreamRefused("agentcage: no upstream connector installed")
         if kwargs.get("sock") is not None or host is None or port is None:
             raise UpstreamRefused("agentcage: only host:port connections are allowed")
+        if kwargs.pop("local_addr", None) is not None:
+            raise UpstreamRefused("agentcage: upstream connections choose no local address")
         address = await self.connector.target(str(host), int(port))
-        async with asyncio.timeout(self.connector.timeout):
-            return await super().create_connection(protocol_factory, address, port, **kwargs)
+        ip = parse_ip(address)
+        family = socket.AF_INET6 if ip is not None and ip.version == 6 else socket.AF_INET
+        sock = await self.connector.uplink.socket(family, socket.SOCK_STREAM)
+        try:
+            async with asyncio.timeout(self.connector.timeout):
+                await self.sock_connect(sock, (address, int(port)))
+            return await super().create_connection(protocol_factory, sock=sock, **kwargs)
+        except BaseException:
+            sock.close()
+            raise
