@@ -98,6 +98,20 @@ def _dnslib() -> Check:
     return Check("dnslib", True, "importable")
 
 
+def _limits() -> Check:
+    from agentcage.backends.cgroups import CONTROLLERS, detect
+
+    layout = detect()
+    missing = [c for c in CONTROLLERS if c not in layout.available()]
+    return Check(
+        "resource limits", not missing,
+        f"{layout.describe()}: container.limits {'can' if not missing else 'cannot'} be enforced"
+        + (f" (missing: {', '.join(missing)})" if missing else ""),
+        "mount the cgroup controllers (memory, pids, cpu), or set the missing limits to null in "
+        "cage.yaml to run without them",
+    )
+
+
 CHECKS: tuple[Callable[[], Check], ...] = (
     _root,
     lambda: _binary("bwrap", "bubblewrap"),
@@ -113,11 +127,14 @@ CHECKS: tuple[Callable[[], Check], ...] = (
     _mitmproxy,
     _dnslib,
 )
+# Reported by `doctor`, but not required by every cage: a cage that sets no limit, or whose
+# limits the host offers, starts (the backend refuses one whose limits cannot be enforced).
+ADVISORY: tuple[Callable[[], Check], ...] = (_limits,)
 
 
-def run_checks() -> list[Check]:
+def run_checks(advisory: bool = True) -> list[Check]:
     results = []
-    for check in CHECKS:
+    for check in CHECKS + (ADVISORY if advisory else ()):
         try:
             results.append(check())
         except Exception as e:  # a crashing check is a failed check, never a pass
@@ -126,7 +143,7 @@ def run_checks() -> list[Check]:
 
 
 def require_host() -> None:
-    failed = [c for c in run_checks() if not c.ok]
+    failed = [c for c in run_checks(advisory=False) if not c.ok]
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more; run `agentcage doctor`)" if len(failed) > 1 else ""

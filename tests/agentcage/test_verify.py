@@ -114,7 +114,9 @@ def test_the_workload_layers_hold(verified):
         "SEC-003",
         "SEC-005",
         "SEC-009",
+        "RES-001",  # the cage's memory, pids and cpu limits are visible from inside
     }
+    assert "FS-003" in found  # control: the writable project mount is reported
 
 
 def test_the_probe_tunnels_were_refused_and_audited_by_the_gateway(verified):
@@ -126,6 +128,6 @@ def test_the_probe_tunnels_were_refused_and_audited_by_the_gateway(verified):
 
 def test_the_max_score_gate_exits_2_and_a_missing_cage_exits_1(verified):
     _, failing, missing, report, _ = verified
-    assert report["summary"]["score"] > 0  # RES-001 at least: the cage sets no cgroup limits
+    assert report["summary"]["score"] > 0  # FS-003 at least: the project is mounted writable
     assert failing.returncode == 2 and "gate failed" in failing.stderr
     assert missing.returncode == 1 and "Traceback" not in missing.stderr

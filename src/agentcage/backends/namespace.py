@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentcage.addresses import parse_ip
-from agentcage.backends import host, netplan, workload
+from agentcage.backends import cgroups, host, netplan, workload
 from agentcage.backends.profile import CageMeta
 from agentcage.backends.sandbox import DEFAULT_PATH, SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
@@ -200,6 +200,10 @@ class NamespaceBackend:
             proc = self._spawn_gateway(cage)
             write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
                                       "gateway_pid": proc.pid})
+        # The cage's resource limits: its cgroup exists before any workload can start.
+        limits = cgroups.Limits(config.container.limits.memory, config.container.limits.pids,
+                                config.container.limits.cpus())
+        cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
         for argv in commands:
             host.run(argv)
         for key, value in sysctls().items():
@@ -239,6 +243,7 @@ class NamespaceBackend:
         atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal
         pid = self._wait_ready(cage, proc)
         runtime = {"status": "running", "plan": plan.to_dict(), "gateway_pid": pid,
+                   "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
                    "started_at": time.time()}
         write_json(cage.runtime, runtime)
         return runtime
@@ -291,6 +296,8 @@ class NamespaceBackend:
         if gw_pid and host.pid_matches(int(gw_pid), str(cage.gateway_settings)):
             victims.append(int(gw_pid))
         host.terminate(sorted(set(victims)), grace=grace)
+        if plan is not None:
+            cgroups.CageCgroup(cgroups.detect(), plan.suffix).destroy()
         if plan is None:
             cage_secrets.unstage_for_gateway(cage)
             if cage.root.exists() and runtime:
@@ -327,7 +334,8 @@ class NamespaceBackend:
         gw_pid = runtime.get("gateway_pid")
         if not gw_pid or not host.alive(int(gw_pid)):
             raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
-        return workload.Target(cage, netplan.NetPlan.from_dict(runtime["plan"]), self.meta(cage))
+        return workload.Target(cage, netplan.NetPlan.from_dict(runtime["plan"]), self.meta(cage),
+                               tuple(str(d) for d in runtime.get("cgroups", ())))
 
     def status(self, cage: CageDir) -> dict:
         runtime = self.runtime(cage)

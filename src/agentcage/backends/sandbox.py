@@ -53,6 +53,7 @@ class SandboxSpec:
     mounts: tuple[Mount, ...] = ()
     masks: tuple[str, ...] = ()  # existing paths inside the cage hidden behind an empty tmpfs
     read_only_files: tuple[tuple[str, str], ...] = ()  # (host path, cage path) bound read-only
+    cgroup_binds: tuple[tuple[str, str], ...] = ()  # the cage's cgroup dirs, bound read-only
     tmpfs: tuple[tuple[str, int | None], ...] = (("/tmp", None),)
     data_files: tuple[DataFile, ...] = ()
     seccomp_fd: int | None = None
@@ -101,7 +102,7 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
         argv += ["--bind" if m.writable else "--ro-bind", m.source, m.dest]
     for mask in spec.masks:
         argv += ["--tmpfs", mask]
-    for source, dest in spec.read_only_files:
+    for source, dest in spec.read_only_files + spec.cgroup_binds:
         argv += ["--ro-bind", source, dest]
     for data in spec.data_files:
         argv += ["--perms", "0444", "--ro-bind-data", str(data.fd), data.dest]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import select
 import subprocess
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage.backends import netplan, terminal
+from agentcage.backends import cgroups, netplan, terminal
 from agentcage.backends.keyring import join_new_session_keyring
 from agentcage.backends.profile import CageMeta
 from agentcage.backends.sandbox import (
@@ -46,6 +47,7 @@ class Target:
     cage: CageDir
     plan: netplan.NetPlan
     meta: CageMeta
+    cgroups: tuple[str, ...] = ()  # the cage's cgroup directories: every command joins them
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -110,6 +112,8 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         mounts=tuple(mounts),
         masks=tuple(masks),
         read_only_files=tuple(read_only),
+        # the cage's own cgroup, where its limits can be read (inside its cgroup namespace)
+        cgroup_binds=cgroups.binds(t.cgroups),
         tmpfs=t.meta.tmpfs,
         data_files=tuple(files),
         seccomp_fd=seccomp_fd,
@@ -119,6 +123,13 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         root_links=host_root_links(),
         interactive=interactive,
     )
+
+
+def _before_exec(cgroup_dirs: tuple[str, ...]) -> None:
+    """In the child, before nsenter/setpriv/bwrap: into the cage's cgroup (its limits hold
+    for everything the command starts) and a fresh session keyring."""
+    cgroups.join(cgroup_dirs)
+    join_new_session_keyring()
 
 
 def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dict,
@@ -134,7 +145,8 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
         try:
             proc = subprocess.Popen(sandbox_argv(spec), env=sandbox_env(spec),
                                     pass_fds=(*fds, started_w),
-                                    preexec_fn=join_new_session_keyring, **popen_args)
+                                    preexec_fn=functools.partial(_before_exec, t.cgroups),
+                                    **popen_args)
         except (OSError, subprocess.SubprocessError) as e:
             raise BackendError(f"cannot start the sandbox of cage {t.cage.name}: {e}") from None
     except BaseException:

@@ -7,12 +7,14 @@ Keys and defaults follow the public agentcage; additions for the namespace backe
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -80,6 +82,32 @@ def _parse_size(text: str) -> int:
     return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2)]
 
 
+def _memory(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("write a size like 2g or 512m, or null for no limit")
+    size = value if isinstance(value, int) else _parse_size(str(value))
+    if size < 32 * 1024**2:
+        raise ValueError("at least 32m: an agent cannot start in less")
+    return size
+
+
+class ResourceLimits(Strict):
+    """What the cage as a whole may use (every process in it together); null: no limit."""
+
+    memory: Annotated[int | None, BeforeValidator(_memory)] = 2 * 1024**3
+    pids: Annotated[int, Field(ge=16, le=4_194_304)] | None = 1024
+    # CPUs' worth of time; auto: all of the host's but half a CPU, so the host keeps some
+    cpu: Annotated[float, Field(gt=0, le=1024)] | Literal["auto"] | None = "auto"
+
+    def cpus(self) -> float | None:
+        if self.cpu == "auto":
+            count = os.cpu_count() or 1
+            return max(0.5, count - 0.5)
+        return self.cpu
+
+
 class Container(Strict):
     image: str | None = None
     rootfs: str | None = None
@@ -94,6 +122,7 @@ class Container(Strict):
     tmpfs: list[str] = Field(default_factory=lambda: ["/tmp:rw,nosuid,size=512m"])
     ports: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
 
     @field_validator("user")
     @classmethod

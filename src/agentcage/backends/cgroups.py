@@ -1,0 +1,226 @@
+"""Resource limits of a cage: one cgroup per running cage, holding every process of its workload.
+
+Memory (swap included), process count and CPU time are limited for the cage as a whole: every
+command started in it (`exec`, `shell`, `run`, a service) joins the cage's cgroup before the
+sandbox is built, so a fork bomb or a memory hog inside meets the cage's limits, never the
+host's. cgroup v2 (one unified hierarchy) and v1 (a hierarchy per controller; hybrid hosts
+such as this project's CI, where the unified one carries no controllers) are both handled. The
+cgroup is also bound read-only into the cage at /sys/fs/cgroup, inside the cage's own cgroup
+namespace, so a measurement from inside (`agentcage verify`) sees the limits that apply.
+
+Where a configured limit cannot be enforced (no cgroup filesystem, a controller missing), the
+cage does not start: a limit is never silently dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentcage.errors import BackendError
+
+PARENT = "agentcage"  # every cage's cgroup lives under this one, at the hierarchy's root
+CONTROLLERS = ("memory", "pids", "cpu")
+CPU_PERIOD_US = 100_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a cage may use at most; None is no limit of that kind."""
+
+    memory_bytes: int | None = None
+    pids: int | None = None
+    cpus: float | None = None
+
+    def needed(self) -> tuple[str, ...]:
+        return tuple(c for c, v in zip(CONTROLLERS, (self.memory_bytes, self.pids, self.cpus),
+                                       strict=True) if v is not None)
+
+    def to_dict(self) -> dict:
+        return {"memory_bytes": self.memory_bytes, "pids": self.pids, "cpus": self.cpus}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Limits:
+        d = d or {}
+        return cls(d.get("memory_bytes"), d.get("pids"), d.get("cpus"))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the cgroup hierarchies are mounted: v1 controller -> mount point, and the v2
+    (unified) mount with the controllers it offers."""
+
+    v1: dict[str, Path] = field(default_factory=dict)
+    v2: Path | None = None
+    v2_controllers: tuple[str, ...] = ()
+
+    @property
+    def version(self) -> int | None:
+        # a hybrid host mounts the unified hierarchy too, but with none of these controllers
+        if self.v2 is not None and set(CONTROLLERS) & set(self.v2_controllers):
+            return 2
+        return 1 if self.v1 else None
+
+    def available(self) -> tuple[str, ...]:
+        if self.version == 2:
+            return tuple(c for c in CONTROLLERS if c in self.v2_controllers)
+        return tuple(c for c in CONTROLLERS if c in self.v1)
+
+    def describe(self) -> str:
+        if self.version is None:
+            return "no cgroup hierarchy with memory, pids or cpu controllers is mounted"
+        return f"cgroup v{self.version} ({', '.join(self.available()) or 'no controllers'})"
+
+
+def detect(mountinfo: str | None = None) -> Layout:
+    """The host's cgroup hierarchies, from /proc/self/mountinfo."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    v1: dict[str, Path] = {}
+    v2: Path | None = None
+    for line in mountinfo.splitlines():
+        pre, _, post = line.partition(" - ")
+        fields_pre, fields_post = pre.split(), post.split()
+        if len(fields_pre) < 5 or len(fields_post) < 3:
+            continue
+        root, mountpoint = fields_pre[3], fields_pre[4]
+        fstype, options = fields_post[0], fields_post[2].split(",")
+        if root != "/":
+            continue  # a bind of a sub-cgroup, not a hierarchy's root
+        if fstype == "cgroup2" and v2 is None:
+            v2 = Path(mountpoint)
+        elif fstype == "cgroup":
+            for controller in CONTROLLERS:
+                if controller in options:
+                    v1.setdefault(controller, Path(mountpoint))
+    controllers: tuple[str, ...] = ()
+    if v2 is not None:
+        with contextlib.suppress(OSError):
+            controllers = tuple((v2 / "cgroup.controllers").read_text().split())
+    return Layout(v1, v2, controllers)
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as e:
+        raise BackendError(f"cannot set {path}: {e.strerror}") from None
+
+
+@dataclass(frozen=True)
+class CageCgroup:
+    """The cgroup(s) of one running cage: one directory per v1 controller, or one in v2."""
+
+    layout: Layout
+    name: str  # unique per running cage (its network suffix)
+
+    def directories(self) -> dict[str, Path]:
+        """controller -> the cage's directory for it (one directory for all in v2)."""
+        if self.layout.version == 2:
+            assert self.layout.v2 is not None
+            d = self.layout.v2 / PARENT / self.name
+            return dict.fromkeys(CONTROLLERS, d)
+        return {c: m / PARENT / self.name for c, m in self.layout.v1.items()}
+
+    def create(self, limits: Limits) -> tuple[Path, ...]:
+        """Make the cgroup and set the limits; the directories that processes must join."""
+        missing = [c for c in limits.needed() if c not in self.layout.available()]
+        if missing:
+            raise BackendError(
+                f"container.limits: cannot enforce {', '.join(missing)} here "
+                f"({self.layout.describe()}); mount the cgroup controllers, or set those limits "
+                "to null in cage.yaml to run without them"
+            )
+        if not limits.needed():
+            return ()
+        if self.layout.version == 2:
+            self._create_v2(limits)
+        else:
+            self._create_v1(limits)
+        return self.joined()
+
+    def joined(self) -> tuple[Path, ...]:
+        existing = {d for d in self.directories().values() if d.is_dir()}
+        return tuple(sorted(existing))
+
+    def _create_v1(self, limits: Limits) -> None:
+        dirs = self.directories()
+        for d in dirs.values():
+            d.mkdir(parents=True, exist_ok=True)
+        if limits.memory_bytes is not None:
+            memory = dirs["memory"]
+            _write(memory / "memory.limit_in_bytes", str(limits.memory_bytes))
+            swap = memory / "memory.memsw.limit_in_bytes"  # memory + swap: no swap beyond it
+            if swap.exists():
+                _write(swap, str(limits.memory_bytes))
+        if limits.pids is not None:
+            _write(dirs["pids"] / "pids.max", str(limits.pids))
+        if limits.cpus is not None:
+            cpu = dirs["cpu"]
+            _write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+            _write(cpu / "cpu.cfs_quota_us", str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
+
+    def _create_v2(self, limits: Limits) -> None:
+        assert self.layout.v2 is not None
+        parent = self.layout.v2 / PARENT
+        parent.mkdir(exist_ok=True)
+        wanted = " ".join(f"+{c}" for c in limits.needed())
+        # controllers must be enabled in every ancestor's subtree_control for the child to
+        # have them (the parent holds no process, as cgroup v2 requires)
+        for d in (self.layout.v2, parent):
+            _write(d / "cgroup.subtree_control", wanted)
+        d = parent / self.name
+        d.mkdir(exist_ok=True)
+        if limits.memory_bytes is not None:
+            _write(d / "memory.max", str(limits.memory_bytes))
+            if (d / "memory.swap.max").exists():
+                _write(d / "memory.swap.max", "0")
+        if limits.pids is not None:
+            _write(d / "pids.max", str(limits.pids))
+        if limits.cpus is not None:
+            _write(d / "cpu.max", f"{max(1000, int(limits.cpus * CPU_PERIOD_US))} {CPU_PERIOD_US}")
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for d in self.joined():
+            with contextlib.suppress(OSError):
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+        return found
+
+    def destroy(self, grace: float = 2.0) -> None:
+        """Kill whatever is still in the cgroup and remove it. Idempotent."""
+        deadline = time.monotonic() + grace
+        while (left := self.pids()) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+        for d in set(self.directories().values()):
+            with contextlib.suppress(FileNotFoundError):
+                d.rmdir()
+
+
+def join(directories: Iterable[str]) -> None:
+    """Move the calling process into the cage's cgroup(s); for a child before it execs."""
+    for d in directories:
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+
+def binds(directories: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """(host directory, cage path) to bind read-only into the cage, so that its limits can be
+    read inside (where its cgroup namespace makes its own cgroup the root): a v1 controller's
+    directory at /sys/fs/cgroup/<the hierarchy's name>, the v2 one at /sys/fs/cgroup."""
+    found = []
+    for d in directories:
+        path = Path(d)
+        if (path / "cgroup.controllers").exists():
+            found.append((d, "/sys/fs/cgroup"))
+        else:  # <mount point>/agentcage/<name>
+            found.append((d, f"/sys/fs/cgroup/{path.parent.parent.name}"))
+    return tuple(found)
