@@ -70,7 +70,7 @@ def main() -> None:
                                       for _ in range(args.runs)])
                 warm_backend = median_ms(_backend_exec(work, args.runs))
             finally:
-                timed([*CLI, "destroy", "bench"], env)
+                timed([*CLI, "destroy", "-y", "bench"], env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = bwrap[0]

@@ -18,6 +18,8 @@ from agentcage.errors import AgentcageError, ConfigError, StateError
 from agentcage.gateway.audit import read_audit
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
 
+SECRETS_DIR = "secrets"  # kept by `destroy --keep-secrets` and a failed create
+
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
 
@@ -48,9 +50,14 @@ class CageService:
 
     def create(self, config: CageConfig, base: Path, project: Path | None = None,
                start: bool = True) -> CageDir:
+        """A new cage. Secrets set for its name before (or kept by `destroy --keep-secrets`)
+        are its secrets; a failed create leaves them as they were and nothing else."""
         cage = self.store.cage(config.name)
         if cage.exists():
-            raise StateError(f"cage {config.name!r} exists; destroy it or choose another name")
+            raise StateError(
+                f"cage {config.name!r} exists; `agentcage cage update {config.name} -c FILE` "
+                "applies a changed configuration, or destroy it first"
+            )
         self.backend.validate(config)
         proj, volumes = resolve_volumes(config, base, project, (self.store.root,))
         cage = self.store.create(config.name)
@@ -60,19 +67,53 @@ class CageService:
                 self._start(cage, config)
         except BaseException:
             self.backend.stop(cage)
-            self.store.remove(config.name)
+            self.store.remove(config.name, keep=SECRETS_DIR)
             raise
         return cage
 
+    def update(self, name: str, config: CageConfig, base: Path,
+               project: Path | None = None) -> dict[str, Any]:
+        """Apply a changed cage.yaml to an existing cage, keeping its secrets, CA, audit log,
+        capture and runtime domain grants. A running cage is restarted when anything but the
+        domain lists changed (domains are reloaded by the gateway live). Returns what was done:
+        {changed: [top-level keys], restarted: bool, live: bool}."""
+        cage = self._existing(name)
+        if config.name != name:
+            raise ConfigError(f"the configuration names cage {config.name!r}, not {name!r}")
+        self.backend.validate(config)
+        old = load_config(cage.config)
+        meta = self.backend.meta(cage)
+        proj, volumes = resolve_volumes(config, base, project or Path(meta.project),
+                                        (self.store.root,))
+        changed = sorted(k for k in type(config).model_fields
+                         if getattr(config, k) != getattr(old, k))
+        if project is not None and str(proj) != meta.project:
+            changed.append("project")
+        running = self.backend.runtime(cage).get("status") == "running"
+        needs_restart = running and any(k != "domains" for k in changed)
+        if needs_restart:
+            self.backend.stop(cage)
+        grants = policyfile.runtime_entries(self._policy_doc(cage))
+        self._write_state(cage, config, proj, volumes, keep_entries=grants)
+        if needs_restart:
+            self._start(cage, config)
+        return {"changed": changed, "restarted": needs_restart,
+                "live": running and not needs_restart and "domains" in changed}
+
     def _write_state(self, cage: CageDir, config: CageConfig, project: Path,
-                     volumes: tuple[tuple[str, str, str], ...]) -> None:
+                     volumes: tuple[tuple[str, str, str], ...],
+                     keep_entries: dict[str, list[dict]] | None = None) -> None:
         from agentcage.config.load import dump_config
 
         host_uid, host_gid = choose_host_user(config, project)
-        atomic_write(cage.config, dump_config(config))
-        self.backend.write_meta(cage, make_meta(config, project, host_uid, host_gid, volumes))
         d = config.domains
-        write_json(cage.policy, policyfile.document_from_domains(d.mode, d.allow, d.block))
+        doc = policyfile.document_from_domains(d.mode, d.allow, d.block)
+        if keep_entries:
+            doc = policyfile.with_entries(doc, keep_entries)
+        policyfile.compile_document(doc)  # never write what the gateway would refuse
+        self.backend.write_meta(cage, make_meta(config, project, host_uid, host_gid, volumes))
+        write_json(cage.policy, doc)
+        atomic_write(cage.config, dump_config(config))  # last: the cage exists once it is there
 
     def start(self, name: str) -> dict:
         cage = self._existing(name)
@@ -96,12 +137,14 @@ class CageService:
         self.stop(name)
         return self.start(name)
 
-    def destroy(self, name: str) -> None:
+    def destroy(self, name: str, keep_secrets: bool = False) -> None:
+        """Stop the cage and remove its state; with `keep_secrets`, its secrets stay (the next
+        `cage create` of this name uses them)."""
         cage = self.store.cage(name)
         if not cage.root.exists():
             raise StateError(f"no cage named {name!r}; see `agentcage ls`")
         self.backend.stop(cage)
-        self.store.remove(name)
+        self.store.remove(name, keep=SECRETS_DIR if keep_secrets else None)
 
     def exec(self, name: str, command: Sequence[str], interactive: bool = False) -> int:
         cage = self._existing(name)
@@ -216,11 +259,23 @@ class CageService:
     # Values come in as bytes and never come out. After every change a running cage's gateway
     # gets the new staged copy and reloads it (the CLI returns once the gateway confirmed).
 
-    def _secrets(self, name: str):
+    def _secrets(self, name: str, create: bool = False):
+        """(cage dir, its config, store, placeholder book). A cage not created yet may hold
+        secrets already (set before `cage create`): its config is then the default one, and
+        with `create` its directory is made for them."""
+        from agentcage.config.model import CageConfig
         from agentcage.secrets import cage as cage_secrets
 
-        cage = self._existing(name)
-        config = load_config(cage.config)
+        cage = self.store.cage(name)
+        if cage.exists():
+            config = load_config(cage.config)
+        elif create or (cage.root / SECRETS_DIR).is_dir():
+            if create:
+                self.store.create(name)
+            config = CageConfig(name=name)
+        else:
+            raise StateError(f"no cage named {name!r} and no secret stored for one; see "
+                             "`agentcage ls` (`secret set` works before `cage create`)")
         return cage, config, cage_secrets.store_of(cage, config), cage_secrets.book_of(cage)
 
     def _apply_secrets(self, cage: CageDir, config: CageConfig) -> bool:
@@ -235,15 +290,31 @@ class CageService:
         return True
 
     def secret_set(self, name: str, key: str, value: bytes) -> dict[str, Any]:
-        from agentcage.secrets import set_secret
+        """Store a secret. For a created cage, only a secret an injection rule names is
+        accepted (any other could never be used); before `cage create`, any is kept."""
+        from agentcage.secrets import check_env_name, check_value, set_secret
 
-        cage, config, choice, book = self._secrets(name)
+        try:
+            check_env_name(key)
+            check_value(key, value)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        cage = self.store.cage(name)
+        if cage.exists():
+            rules = load_config(cage.config).secret_injection
+            if not any(r.env == key for r in rules):
+                raise ConfigError(
+                    f"cage {name} has no secret_injection rule for {key}, so it could never be "
+                    f"used; add one ({{env: {key}, inject_to: [api.example.com]}}) to cage.yaml "
+                    f"and apply it with `agentcage cage update {name} -c cage.yaml`"
+                )
+        pending = not cage.exists()
+        cage, config, choice, book = self._secrets(name, create=True)
         placeholder = set_secret(choice.store, book, key, value)
         applied = self._apply_secrets(cage, config)
         return {"name": key, "placeholder": str(placeholder), "backend": choice.backend,
                 "backend_reason": choice.reason, "warning": choice.warning,
-                "applied": applied, "has_rule": any(r.env == key
-                                                    for r in config.secret_injection)}
+                "applied": applied, "pending": pending}
 
     def secret_list(self, name: str) -> dict[str, Any]:
         from agentcage.secrets import list_secrets, rules_from_config

@@ -155,6 +155,36 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
     out.print(f"cage {config.name} {'created' if no_start else 'running'}")
 
 
+@cage.command("update")
+@click.argument("name")
+@click.option("--config", "-c", "config_path", required=True,
+              type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path),
+              help="a new project directory (default: the cage's current one)")
+@click.option("--upstream-ca", multiple=True,
+              help="extra CA file trusted for upstream TLS (repeatable)")
+@click.option("--trust-network", "trust", multiple=True,
+              help="test world only: a private network treated as public (repeatable)")
+def cage_update(name: str, config_path: Path, project: Path | None,
+                upstream_ca: tuple[str, ...], trust: tuple[str, ...]) -> None:
+    """Apply a changed cage.yaml to cage NAME, keeping its secrets, CA, logs and runtime
+    domain grants; a running cage restarts if more than its domain lists changed."""
+    from agentcage.config.load import load_config
+
+    config = load_config(config_path)
+    if upstream_ca or trust:
+        config = _apply_overrides(config, name=None, uplink=None, dns=(), trust=trust,
+                                  upstream_ca=upstream_ca, allow=(), lifecycle=None)
+    result = _service().update(name, config, config_path.resolve().parent, project)
+    if not result["changed"]:
+        out.print(f"cage {name}: no change")
+        return
+    how = ("restarted to apply it" if result["restarted"]
+           else "the running gateway reloads the domain lists live" if result["live"]
+           else "it applies at the next start")
+    out.print(f"cage {name}: updated {', '.join(result['changed'])}; {how}", markup=False)
+
+
 def _lifecycle(verb: str):
     @click.argument("name")
     def command(name: str) -> None:
@@ -167,15 +197,29 @@ def _lifecycle(verb: str):
     return command
 
 
+def _confirm(question: str, yes: bool) -> None:
+    """Ask on a terminal; without one, only `-y` goes ahead (a script never destroys by
+    accident, and an answer piped in is not taken for consent)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise ConfigError(f"{question.rstrip('?')}: refused without a terminal to ask on; "
+                          "add -y to confirm")
+    click.confirm(question, abort=True)
+
+
 def _destroy():
     @click.argument("name")
     @click.option("--yes", "-y", is_flag=True, help="do not ask")
-    def destroy(name: str, yes: bool) -> None:
-        """Stop a cage and remove its state (audit log and CA included)."""
-        if not yes and sys.stdin.isatty():
-            click.confirm(f"destroy cage {name} and all its state?", abort=True)
-        _service().destroy(name)
-        out.print(f"cage {name}: destroyed")
+    @click.option("--keep-secrets", is_flag=True,
+                  help="keep the stored secrets for the next `cage create` of this name")
+    def destroy(name: str, yes: bool, keep_secrets: bool) -> None:
+        """Stop a cage and remove its state (audit log, capture and CA included)."""
+        what = "all its state but its secrets" if keep_secrets else "all its state, secrets too"
+        _confirm(f"destroy cage {name} and {what}?", yes)
+        _service().destroy(name, keep_secrets=keep_secrets)
+        kept = " (secrets kept)" if keep_secrets else ""
+        out.print(f"cage {name}: destroyed{kept}", markup=False)
 
     return destroy
 
@@ -347,9 +391,9 @@ def secret_set(name: str, key: str) -> None:
         err.print(f"warning: {result['warning']}", markup=False, emoji=False)
     out.print(f"{key} stored ({result['backend']}: {result['backend_reason']}); "
               f"the cage sees {result['placeholder']}", markup=False, emoji=False)
-    if not result["has_rule"]:
-        err.print(f"note: no secret_injection rule names {key}: it is never injected",
-                  markup=False)
+    if result["pending"]:
+        out.print(f"cage {name} is not created yet: `agentcage cage create` will use this "
+                  "secret (its cage.yaml needs a secret_injection rule for it)", markup=False)
     if result["applied"]:
         out.print("the running gateway reloaded its secrets")
 
@@ -420,8 +464,7 @@ def scaffold_show(name: str) -> None:
 @click.option("--yes", "-y", is_flag=True, help="do not ask")
 def prune(yes: bool) -> None:
     """Remove ephemeral cages and cages whose gateway died."""
-    if not yes and sys.stdin.isatty():
-        click.confirm("remove ephemeral and broken cages?", abort=True)
+    _confirm("remove ephemeral and broken cages?", yes)
     removed = _service().prune()
     out.print(f"removed: {', '.join(removed)}" if removed else "nothing to prune")
 
@@ -435,9 +478,13 @@ def domain() -> None:
 
 @domain.command("list")
 @click.argument("name")
-def domain_list(name: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="the list as JSON")
+def domain_list(name: str, as_json: bool) -> None:
     """Cage NAME's domain list: the baseline and the runtime grants with their expiry."""
     info = _service().domain_list(name)
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+        return
     out.print(f"mode: {info['mode'] or 'none (deny everything)'}")
     table = Table("PATTERN", "LIST", "SOURCE", "EXPIRES", "ACTIVE", box=None)
     for r in info["rules"]:

@@ -80,6 +80,20 @@ def document_from_domains(mode: Mode, allow: list[str], block: list[str]) -> dic
     )
 
 
+def runtime_entries(doc: dict[str, Any]) -> dict[str, list[dict]]:
+    """The rules added at run time (`domain add`), by list: what a new configuration keeps."""
+    return {key: [r for r in doc.get(key, []) if r.get("source") == "cli"]
+            for key in ("allow", "block")}
+
+
+def with_entries(doc: dict[str, Any], entries: dict[str, list[dict]]) -> dict[str, Any]:
+    """`doc` with `entries` added to the list its mode uses (a rule already there wins)."""
+    key = "block" if doc.get("mode") == "blocklist" else "allow"
+    have = {r["pattern"] for r in doc.get(key, [])}
+    extra = [r for r in entries.get(key, []) if r["pattern"] not in have]
+    return {**doc, key: [*doc.get(key, []), *extra]} if extra else doc
+
+
 def add_rule(doc: dict[str, Any], pattern: str, expires_at: float | None) -> dict[str, Any]:
     """A new document with `pattern` added to the list the mode uses (allowlist if none)."""
     mode = doc.get("mode") or "allowlist"

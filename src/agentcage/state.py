@@ -136,8 +136,19 @@ class StateStore:
         return sorted(p.name for p in self.cages_dir.iterdir()
                       if any((p / m).exists() for m in markers))
 
-    def remove(self, name: str) -> None:
-        shutil.rmtree(self.cage(name).root, ignore_errors=True)
+    def remove(self, name: str, keep: str | None = None) -> None:
+        """Remove the cage's directory, or everything in it but the entry `keep`."""
+        root = self.cage(name).root
+        if keep is None or not (root / keep).exists():
+            shutil.rmtree(root, ignore_errors=True)
+            return
+        for entry in root.iterdir():
+            if entry.name == keep:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
         """Serialise address allocation and namespace creation between CLI processes."""

@@ -240,7 +240,7 @@ capture:
 def _with_secret(gen):
     handle = next(gen)
     result = handle.service.secret_set(handle.name, ENV, CANARY.encode())
-    assert result["applied"] and result["has_rule"]
+    assert result["applied"] and not result["pending"]
     return handle
 
 

@@ -31,7 +31,8 @@ def home(tmp_path):
     cages = root / "home" / "cages"
     if cages.exists():
         for name in os.listdir(cages):
-            subprocess.run([*AGENTCAGE, "destroy", name], env=env, capture_output=True, timeout=60)
+            subprocess.run([*AGENTCAGE, "destroy", "-y", name], env=env, capture_output=True,
+                           timeout=60)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -204,7 +205,7 @@ def test_service_cage_runs_its_command_until_stopped(home, net):
         assert agentcage(home, "stop", "svc").returncode == 0
         assert "sleep\x0061.5\x00" not in _cmdlines()
     finally:
-        assert agentcage(home, "destroy", "svc").returncode == 0
+        assert agentcage(home, "destroy", "svc", "-y").returncode == 0
 
 
 @pytest.mark.netns
@@ -226,7 +227,7 @@ def test_prune_removes_a_cage_whose_gateway_died_and_keeps_a_live_one(home, net)
     assert r.returncode == 0 and "dead" in r.stdout and "alive" not in r.stdout
     assert not any(runtime["plan"]["suffix"] in n for n in our_namespaces(home))
     assert agentcage(home, "exec", "alive", "--", "true").returncode == 0
-    assert agentcage(home, "destroy", "alive").returncode == 0
+    assert agentcage(home, "destroy", "alive", "-y").returncode == 0
     assert our_namespaces(home) == before
 
 

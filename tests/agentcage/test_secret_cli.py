@@ -39,16 +39,24 @@ def test_secret_verbs_on_a_running_cage(home, net):  # noqa: F811
     r = secret_set(home, "sec", "API_TOKEN", value.encode() + b"\n")
     assert r.returncode == 0, r.stderr
     assert "reloaded" in r.stdout and value not in r.stdout + r.stderr
+    # a secret no rule names could never be used: refused, with the fix, and not stored
     r = secret_set(home, "sec", "UNBOUND", b"x-" + secrets.token_hex(8).encode())
-    assert r.returncode == 0 and "never injected" in r.stderr
+    assert r.returncode == 1 and "no secret_injection rule for UNBOUND" in r.stderr
+    assert r.stderr.count("\n") == 1 and "cage update" in r.stderr
     assert secret_set(home, "sec", "EMPTY", b"").returncode == 1  # an empty value is refused
+    # a value no HTTP header can carry is refused before it is stored (the old value stays)
+    r = secret_set(home, "sec", "API_TOKEN", b"line-one\nline-two")
+    assert r.returncode == 1 and "line break" in r.stderr and "line-one" not in r.stderr
+    for bad_name in ("../x", "a b", "K\x01X", "A\n"):
+        r = secret_set(home, "sec", bad_name, b"v")
+        assert r.returncode == 1 and "Traceback" not in r.stderr, (bad_name, r.stderr)
 
     listing = agentcage(home, "secret", "list", "sec", "--json")
     assert listing.returncode == 0 and value not in listing.stdout
     doc = json.loads(listing.stdout)
     by_name = {e["name"]: e for e in doc["secrets"]}
     assert by_name["API_TOKEN"]["inject_to"] == ["api.example.test"]
-    assert by_name["UNBOUND"]["inject_to"] == [] and by_name["UNBOUND"]["stored"]
+    assert "UNBOUND" not in by_name
     old = by_name["API_TOKEN"]["placeholder"]
     assert agentcage(home, "exec", "sec", "--", "printenv", "API_TOKEN").stdout.strip() == old
     assert "UNBOUND" not in agentcage(home, "exec", "sec", "--", "env").stdout  # no rule, no env
@@ -59,9 +67,18 @@ def test_secret_verbs_on_a_running_cage(home, net):  # noqa: F811
     assert new != old and new.startswith("agentcage:secret:API_TOKEN:") and new in r.stdout
     assert agentcage(home, "secret", "rotate-placeholders", "sec", "NOPE").returncode == 1
 
-    assert agentcage(home, "secret", "rm", "sec", "UNBOUND").returncode == 0
-    assert agentcage(home, "secret", "rm", "sec", "UNBOUND").returncode == 1
-    assert "UNBOUND" not in agentcage(home, "secret", "list", "sec").stdout
+    # the value set first is still the one in force: the refused ones changed nothing
+    marker = secrets.token_hex(6)
+    assert agentcage(home, "exec", "sec", "--", "sh", "-c",
+                     "curl -sS -m 10 -H \"Authorization: Bearer $API_TOKEN\" "
+                     f"https://api.example.test/{marker}").returncode == 0
+    (seen,) = [r for r in net.http_requests() if marker in r["path"]]
+    auth = {k.lower(): v for k, v in dict(seen["headers"]).items()}["authorization"]
+    assert auth == f"Bearer {value}"
+    assert agentcage(home, "secret", "rm", "sec", "API_TOKEN").returncode == 0
+    assert agentcage(home, "secret", "rm", "sec", "API_TOKEN").returncode == 1
+    assert json.loads(agentcage(home, "secret", "list", "sec", "--json").stdout)[
+        "secrets"][0]["stored"] is False
     r = agentcage(home, "logs", "sec", "--json")
     assert value not in r.stdout
     assert agentcage(home, "destroy", "sec", "--yes").returncode == 0

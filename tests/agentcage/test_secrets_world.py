@@ -55,7 +55,7 @@ def secrets_cage(net, name: str):
     try:
         # set on the running cage: stored on the host, staged, and the gateway reloads
         result = handle.service.secret_set(handle.name, ENV, VALUE.encode())
-        assert result["applied"] and result["has_rule"]
+        assert result["applied"] and not result["pending"]
         for filename, data in (("leaked.key", LEAKED_KEY.encode()),
                                ("leaked.bin", LEAKED_RANDOM)):
             path = handle.project / filename

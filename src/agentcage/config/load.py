@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,14 @@ class _Refused(Exception):
     pass
 
 
+# Only the start of a value is shown, so only the start is rendered: a bounded repr, never the
+# repr of a whole large or deeply nested value.
+_REPR = reprlib.Repr(maxlevel=2, maxdict=4, maxlist=4, maxtuple=4, maxset=4, maxstring=40,
+                     maxother=40, maxlong=40)
+
+
 def _show(value: Any) -> str:
-    # Only the start of a value is shown, so only the start is rendered (never the repr of a
-    # whole large value).
-    if isinstance(value, (dict, list, tuple)):
-        return f"<{type(value).__name__} of {len(value)}>"
-    text = repr(value[:_MAX_VALUE_CHARS]) if isinstance(value, str) else repr(value)
+    text = _REPR.repr(value)
     return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 3] + "..."
 
 

@@ -200,6 +200,11 @@ class Domains(Strict):
     def _one_list(self) -> Domains:
         if self.allow and self.block:
             raise ValueError("allow and block cannot both be set; pick one mode")
+        if self.mode is None and (self.allow or self.block):
+            # without a mode everything is denied: a list there would only look like a policy
+            which = "allowlist" if self.allow else "blocklist"
+            raise ValueError(f"a list without a mode is ignored (no mode denies everything); "
+                             f"add mode: {which}")
         if self.mode == "blocklist" and self.allow:
             raise ValueError("mode blocklist uses block:, not allow:")
         if self.mode == "allowlist" and self.block:

@@ -8,12 +8,13 @@ Host side (CLI): `open_store` + `PlaceholderBook` keep values and placeholders; 
 from agentcage.secrets.book import PlaceholderBook, Rotation
 from agentcage.secrets.errors import SecretStoreError, StagingError, StoreUnavailable
 from agentcage.secrets.inject import Injected, Injector
-from agentcage.secrets.placeholders import Placeholder, find, mint, parse
+from agentcage.secrets.placeholders import Placeholder, check_env_name, find, mint, parse
 from agentcage.secrets.redact import Redaction, Redactor
 from agentcage.secrets.rules import InjectionRule, rule_from_config, rules_from_config
 from agentcage.secrets.service import (
     SecretEntry,
     cage_environment,
+    check_value,
     list_secrets,
     read_value,
     remove_secret,
@@ -47,6 +48,8 @@ __all__ = [
     "StoreChoice",
     "StoreUnavailable",
     "cage_environment",
+    "check_env_name",
+    "check_value",
     "collect",
     "find",
     "list_secrets",

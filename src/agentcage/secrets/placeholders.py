@@ -16,7 +16,7 @@ ENV_SYNTAX = r"[A-Za-z_][A-Za-z0-9_]*"
 _PLACEHOLDER = rf"agentcage:secret:({ENV_SYNTAX}):([0-9a-f]{{32}})(?![0-9a-f])"
 PLACEHOLDER_RE = re.compile(_PLACEHOLDER)
 PLACEHOLDER_BYTES_RE = re.compile(_PLACEHOLDER.encode())
-_ENV_RE = re.compile(rf"^{ENV_SYNTAX}$")
+_ENV_RE = re.compile(rf"^{ENV_SYNTAX}\Z")  # \Z: "$" would accept a trailing newline
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,18 @@ def read_value(stdin: BinaryIO | None = None, prompt: str = "secret value: ") ->
     return value
 
 
+def check_value(name: str, value: bytes) -> bytes:
+    """Refuse a value no request could carry: the gateway puts it in an HTTP header, where a
+    line break, NUL or other control character is not allowed (every request would then be
+    refused, and the agent would see only an authentication error)."""
+    for i, byte in enumerate(value):
+        if (byte < 0x20 and byte != 0x09) or byte == 0x7F:
+            what = "a line break" if byte in (0x0A, 0x0D) else f"control character {byte:#04x}"
+            raise ValueError(f"the value of {name} holds {what} at byte {i}, which no HTTP "
+                             "header can carry; store the value without it")
+    return value
+
+
 def set_secret(store: SecretStore, book: PlaceholderBook, name: str, value: bytes) -> Placeholder:
     """Store `value` under `name`; its placeholder is kept (or minted on first set)."""
     check_env_name(name)
