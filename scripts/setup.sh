@@ -52,6 +52,8 @@ if [ ! -x .venv/bin/python ]; then
     "$py" -m venv .venv
 fi
 
+./scripts/setup-agents.sh  # Claude Code and Codex CLI, for the tests and the demo
+
 log "installing agentcage and its dependencies into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[gateway,dev]' 2>&1 | grep -v '^WARNING: Location' || true

@@ -1,5 +1,6 @@
 """HTTP and HTTPS servers: answer 200 with a JSON echo of the request (or a large body at
-`/download/<size>`, see downloads.py), and record every request."""
+`/download/<size>`, see downloads.py, or a model's answer at /v1/messages and /v1/responses,
+see models.py), and record every request."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import itertools
 import json
 import ssl
 
-from fakenet import downloads, websocket
+from fakenet import downloads, models, websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
 from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
 
@@ -55,6 +56,13 @@ async def handle_http(ctx: ServerContext, tls: bool,
                     await _websocket(ctx, tls, request, parser.leftover(), reader, writer,
                                      port=port, peer=peer, conn=conn)
                     return
+                if models.wants(request):
+                    writer.write(models.respond(request, ctx.config.model_script))
+                    await writer.drain()
+                    if not request.keep_alive:
+                        return
+                    continued = False
+                    continue
                 if downloads.wants(request.target) and request.method == "GET":
                     if not await downloads.serve(writer, request.target, request.keep_alive):
                         return

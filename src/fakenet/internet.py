@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import subprocess
@@ -155,6 +156,7 @@ class FakeInternet:
                 catch_all=(_records_of(self.zone.catch_all.address, self.zone.catch_all.address6)
                            if self.zone.catch_all else None),
                 cert_file=str(pki.cert), key_file=str(pki.key),
+                model_script=str(self._workdir / "model-script.json"),
             )
             self._servers.append(server)
             server.start(self._start_timeout)
@@ -269,6 +271,14 @@ class FakeInternet:
         # Point the resolver at an address it cannot reach, not at whatever the host uses.
         self._topology.write_resolv_conf(netns, DNS_ADDRESS)
         return Client(netns, "isolated", None, None, None, None, self.probe_targets_file)
+
+    def script_model(self, steps: Sequence[Mapping[str, str]]) -> None:
+        """The session the fake model provider plays (fakenet.models): steps such as
+        {"shell": "echo hi > f"} (the agent's shell tool runs it) and {"say": "done"}."""
+        path = self.workdir / "model-script.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([dict(s) for s in steps]))
+        tmp.replace(path)
 
     # --- what the servers saw -----------------------------------------------------------------
 

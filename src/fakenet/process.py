@@ -22,7 +22,8 @@ class ServerProcess:
     def __init__(self, netns: str, workdir: Path, listeners: tuple[Listener, ...], *,
                  zone: dict[str, dict[str, list[str]]] | None = None,
                  catch_all: dict[str, list[str]] | None = None,
-                 cert_file: str | None = None, key_file: str | None = None) -> None:
+                 cert_file: str | None = None, key_file: str | None = None,
+                 model_script: str | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.netns = netns
         self.workdir = workdir
@@ -39,6 +40,7 @@ class ServerProcess:
             catch_all=catch_all,
             cert_file=cert_file,
             key_file=key_file,
+            model_script=model_script,
         )
         self._proc: subprocess.Popen[bytes] | None = None
 

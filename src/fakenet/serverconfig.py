@@ -37,6 +37,7 @@ class ServerConfig:
     key_file: str | None = None
     sink_idle_timeout: float = 2.0
     http_idle_timeout: float = 30.0
+    model_script: str | None = None  # the fake model provider's session (models.py)
 
     @property
     def error_file(self) -> Path:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.agentcage.conftest import make_project, needs_root
+from tests.agentcage.hosted import OnHost
 
-AGENTCAGE = [sys.executable, "-m", "agentcage.cli"]
 CURL = "curl -sS -m 10 -o /dev/null -w '%{http_code}'"
 
 
@@ -42,22 +42,6 @@ def home():
     shutil.rmtree(root, ignore_errors=True)
 
 
-class OnHost:
-    """The agentcage CLI as run by a user on the fake host."""
-
-    def __init__(self, host, home: Path):
-        self.host, self.home = host, home
-
-    def __call__(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": os.environ["PATH"], "AGENTCAGE_HOME": str(self.home / "state"),
-               "LANG": "C.UTF-8"}
-        return self.host.run([*AGENTCAGE, *args], env=env, capture_output=True, text=True,
-                             timeout=timeout, cwd=self.home, stdin=subprocess.DEVNULL)
-
-    def sh(self, script: str) -> subprocess.CompletedProcess[str]:
-        return self.host.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
-
-
 @pytest.fixture
 def on_host(world, home):
     from fakenet import FakeHost
@@ -65,13 +49,7 @@ def on_host(world, home):
     with FakeHost(world) as host:
         cli = OnHost(host, home)
         yield cli
-        for name in _names(cli):
-            cli("destroy", "-y", name)
-
-
-def _names(cli: OnHost) -> list[str]:
-    cages = cli.home / "state" / "cages"
-    return sorted(p.name for p in cages.iterdir()) if cages.exists() else []
+        cli.destroy_all()
 
 
 def network_state(cli: OnHost) -> dict[str, str]:
@@ -90,16 +68,9 @@ def network_state(cli: OnHost) -> dict[str, str]:
 
 
 def create_minimal(cli: OnHost, world, name: str, *allow: str) -> None:
-    project = make_project(cli.home / "work" / name)
-    r = cli("init", name, "--scaffold", "minimal", "-o", f"{name}.yaml")
-    assert r.returncode == 0, r.stderr
+    cli.create_from_scaffold(world, name, "minimal", *allow)
     text = (cli.home / f"{name}.yaml").read_text()
     assert "uplink: host" in text and "dns_servers" not in text  # the scaffold, unedited
-    r = cli("cage", "create", "-c", f"{name}.yaml", "--project", str(project),
-            "--trust-network", "10.200.0.0/16", "--upstream-ca", str(world.ca_cert_path))
-    assert r.returncode == 0, r.stderr
-    if allow:
-        assert cli("domain", "add", name, *allow).returncode == 0
 
 
 def settled_network_state(cli: OnHost, timeout: float = 10) -> dict[str, str]:

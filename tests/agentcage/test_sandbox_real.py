@@ -138,10 +138,26 @@ def test_environment_trusts_the_cage_ca_and_sets_the_proxy(cage, monkeypatch):
 
 
 def test_session_keyring_is_not_the_callers(cage):
-    r = cage.sh("cat /proc/self/status | grep -c . ; grep -c . /proc/keys 2>/dev/null || echo 0")
-    assert r.returncode == 0
-    # the caller's keys are not visible: /proc/keys lists only keys the process may view
-    assert r.stdout.split()[-1] in ("0", "1")
+    # The caller (root here) has keys and keyrings; /proc/keys lists only what the process
+    # may view. Seen from the cage: nothing of uid 0, and no key at all, only keyrings of the
+    # cage's own host uid (its user keyrings exist once any process of that uid made them).
+    import secrets
+    import subprocess
+
+    canary = f"agentcage-test-{secrets.token_hex(4)}"
+    key_id = subprocess.run(["keyctl", "add", "user", canary, "x", "@u"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    try:
+        assert canary in Path("/proc/keys").read_text()  # control: the caller sees its key
+        r = cage.sh("cat /proc/keys")
+        assert r.returncode == 0
+        host_uid = str(cage.service.backend.meta(cage.cage).host_uid)
+        assert canary not in r.stdout
+        for line in r.stdout.splitlines():
+            fields = line.split()
+            assert fields[5] == host_uid and fields[7] == "keyring", line
+    finally:
+        subprocess.run(["keyctl", "unlink", key_id, "@u"], capture_output=True)
 
 
 def test_a_layer_that_cannot_be_applied_refuses_to_run(cage, tmp_path):

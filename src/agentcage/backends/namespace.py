@@ -132,6 +132,13 @@ class NamespaceBackend:
             unsupported.append("container.ports")
         if not config.container.read_only:
             unsupported.append("container.read_only: false")
+        if config.container.image:
+            unsupported.append("container.image (it runs the host's own binaries, read-only: "
+                               "install the agent on the host, e.g. `npm install -g`)")
+        if config.container.rootfs:
+            unsupported.append("container.rootfs")
+        if config.agents.decider.enable or config.agents.watcher.enable:
+            unsupported.append("agents.decider / agents.watcher (not built yet)")
         if unsupported:
             raise BackendError(
                 "the namespace backend cannot enforce: " + ", ".join(unsupported) + "; remove them"
@@ -229,6 +236,7 @@ class NamespaceBackend:
             rate_per_second=config.rate_limit.requests_per_second,
             rate_burst=config.rate_limit.burst,
             connect_timeout_seconds=config.gateway.connect_timeout_seconds,
+            log_level=config.logging.level,
             max_request_body=config.max_request_body,
             secrets_path=str(secrets_path),
             reload_ack_path=str(cage_secrets.reload_ack_path(cage)),

@@ -34,12 +34,14 @@ class CageMeta:
     lifecycle: str = "interactive"
     # Env names with a secret injection rule: the cage gets their placeholders, never values.
     secret_env: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()  # (cage path, text): container.files
 
     def to_dict(self) -> dict:
         return {"project": self.project, "host_uid": self.host_uid, "host_gid": self.host_gid,
                 "volumes": [list(v) for v in self.volumes], "uid": self.uid, "gid": self.gid,
                 "tmpfs": [list(t) for t in self.tmpfs], "env": dict(self.env),
-                "lifecycle": self.lifecycle, "secret_env": list(self.secret_env)}
+                "lifecycle": self.lifecycle, "secret_env": list(self.secret_env),
+                "files": dict(self.files)}
 
     @classmethod
     def from_dict(cls, d: dict) -> CageMeta:
@@ -54,6 +56,7 @@ class CageMeta:
             env=tuple(sorted((str(k), str(v)) for k, v in d["env"].items())),
             lifecycle=str(d["lifecycle"]),
             secret_env=tuple(str(n) for n in d.get("secret_env", ())),
+            files=tuple(sorted((str(k), str(v)) for k, v in d.get("files", {}).items())),
         )
 
 
@@ -65,7 +68,8 @@ def make_meta(config: CageConfig, project: Path, host_uid: int, host_gid: int,
         tmpfs += (("/tmp", None),)
     return CageMeta(str(project), host_uid, host_gid, volumes, uid, gid, tmpfs,
                     tuple(sorted(config.container.env.items())), config.lifecycle,
-                    tuple(sorted(r.env for r in config.secret_injection)))
+                    tuple(sorted(r.env for r in config.secret_injection)),
+                    tuple(sorted(config.container.files.items())))
 
 
 def choose_host_user(config: CageConfig, project: Path) -> tuple[int, int]:

@@ -89,6 +89,8 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
     ]
     if bundle_path.exists():
         files.append(data("sysbundle", system + b"\n" + ca, SYSTEM_BUNDLE_PATH))
+    for dest, text in t.meta.files:  # container.files: the agent's own configuration
+        files.append(data("file", text.encode(), dest))
     seccomp_fd = _memfd("seccomp", build_filter())
     fds.append(seccomp_fd)
     mounts, masks, read_only = [], [], []

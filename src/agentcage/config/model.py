@@ -26,6 +26,8 @@ from agentcage.mounts import target_refusal, written_source_refusal
 from agentcage.names import NAME_RE
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+AGENT_HOME = "/home/agent"  # the cage's home directory (a tmpfs of its own at every command)
+MAX_FILES, MAX_FILE_BYTES = 16, 64 * 1024
 
 
 class Strict(BaseModel):
@@ -123,6 +125,9 @@ class Container(Strict):
     ports: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    # Files the agent reads at start (its own configuration): cage path under the cage's home
+    # -> text. Bound read-only at every command; nothing is written on the host.
+    files: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("user")
     @classmethod
@@ -141,6 +146,20 @@ class Container(Strict):
             if "\0" in value:
                 raise ValueError(f"the value of {key} holds a NUL byte, which no environment "
                                  "can carry")
+        return v
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > MAX_FILES:
+            raise ValueError(f"at most {MAX_FILES} files")
+        for path, text in v.items():
+            normal = os.path.normpath(path)
+            if normal != path or not normal.startswith(AGENT_HOME + "/"):
+                raise ValueError(f"{path}: write a path under {AGENT_HOME}/ (the cage's home), "
+                                 "e.g. /home/agent/.codex/config.toml")
+            if len(text.encode()) > MAX_FILE_BYTES:
+                raise ValueError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB")
         return v
 
     @field_validator("volumes")
@@ -328,7 +347,8 @@ class Capture(Strict):
 
 
 class Logging(Strict):
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    # how much the gateway writes to gateway.log (the audit log is always complete)
+    level: Literal["debug", "info", "warning", "error"] = "warning"
 
 
 def _uplink(value: str) -> str:

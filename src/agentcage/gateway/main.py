@@ -31,6 +31,8 @@ from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
 
+# cage.yaml logging.level -> mitmproxy's log level for gateway.log
+LOG_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
 FAULT_ENV = "AGENTCAGE_GATEWAY_FAULT_HOST"  # test hook: requests to this host raise in the addon
 
 
@@ -221,7 +223,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         # over the limit is refused. The limit is narrowed to requests (gateway.mitmpatch);
         # the addon streams large responses through the redactor (gateway.streaming).
         body_size_limit=str(settings.max_request_body),
-        termlog_verbosity="warn",
+        termlog_verbosity=LOG_LEVELS.get(settings.log_level, "warn"),
     )
 
     for sig in (signal.SIGTERM, signal.SIGINT):

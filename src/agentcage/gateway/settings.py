@@ -35,6 +35,7 @@ class GatewaySettings:
     rate_per_second: float = 10.0
     rate_burst: int = 50
     connect_timeout_seconds: int = 7
+    log_level: str = "warning"  # cage.yaml logging.level: what goes to gateway.log
     max_request_body: int = 10 * 1024 * 1024
     counter_interval_seconds: float = 2.0
     # Secrets and inspectors (issue 5). `secrets_path`: the staged secrets (tmpfs, 0600), read at

@@ -1,0 +1,178 @@
+"""A fake model provider: the two wire formats coding agents speak, driven by a script.
+
+    POST /v1/messages    Anthropic Messages (Claude Code): SSE when "stream" is true, else JSON
+    POST /v1/responses   OpenAI Responses (Codex): always SSE
+
+The test writes the session as a list of steps (`FakeInternet.script_model`); the server reads
+it at every request. A step is {"shell": "<command>"} (the model has the agent run a command
+with the agent's own shell tool: `Bash` {command} for Claude Code, `exec_command` {cmd} for
+Codex) or {"say": "<text>"} (a final answer). Which step a request is at is counted from the
+request itself: the number of tool results the agent has sent back so far, so the server keeps
+no state and every request of the session gets the next step. A request without the shell
+tool (a side request such as a title) gets a short text. Past the last step: the last text.
+
+Everything the agents send is recorded like any other request (records.http), so a test can
+check which key reached the provider and which bytes did not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fakenet.httpparse import HttpRequest
+
+ANTHROPIC_PATH = "/v1/messages"
+OPENAI_PATH = "/v1/responses"
+ANTHROPIC_SHELL = "Bash"
+OPENAI_SHELL = "exec_command"
+
+
+def wants(request: HttpRequest) -> bool:
+    path = request.target.split("?", 1)[0]
+    return request.method == "POST" and path in (ANTHROPIC_PATH, OPENAI_PATH)
+
+
+def respond(request: HttpRequest, script_file: str | None) -> bytes:
+    """The whole HTTP response to one model request."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        return _http(400, "application/json", json.dumps({"error": "body is not JSON"}).encode())
+    steps = _read_script(script_file)
+    if request.target.split("?", 1)[0] == ANTHROPIC_PATH:
+        done = _anthropic_results(body)
+        step = _step(steps, done, _has_tool(body, ANTHROPIC_SHELL))
+        if body.get("stream"):
+            return _http(200, "text/event-stream", _sse(_anthropic_events(step, done)))
+        return _http(200, "application/json",
+                     json.dumps(_anthropic_message(step, done)).encode())
+    done = _openai_results(body)
+    step = _step(steps, done, _has_tool(body, OPENAI_SHELL))
+    return _http(200, "text/event-stream", _sse(_openai_events(step, done)))
+
+
+def _read_script(script_file: str | None) -> list[dict[str, str]]:
+    if not script_file:
+        return []
+    try:
+        steps = json.loads(Path(script_file).read_text())
+    except (OSError, ValueError):
+        return []
+    return [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
+
+
+def _step(steps: list[dict[str, str]], done: int, with_tool: bool) -> dict[str, str]:
+    if not with_tool or not steps:
+        return {"say": "ok"}
+    return steps[done] if done < len(steps) else next(
+        (s for s in reversed(steps) if "say" in s), {"say": "done"})
+
+
+def _has_tool(body: dict[str, Any], name: str) -> bool:
+    return any(isinstance(t, dict) and t.get("name") == name for t in body.get("tools") or [])
+
+
+def _anthropic_results(body: dict[str, Any]) -> int:
+    count = 0
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            count += sum(1 for b in content
+                         if isinstance(b, dict) and b.get("type") == "tool_result")
+    return count
+
+
+def _openai_results(body: dict[str, Any]) -> int:
+    items = body.get("input")
+    if not isinstance(items, list):
+        return 0
+    return sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output")
+
+
+# ---- Anthropic Messages --------------------------------------------------------------------
+
+# Ids are numbered by step: an agent keeps the calls of a session apart by them.
+
+def _anthropic_block(step: dict[str, str], index: int) -> dict[str, Any]:
+    if "shell" in step:
+        return {"type": "tool_use", "id": f"toolu_fake{index:04d}", "name": ANTHROPIC_SHELL,
+                "input": {"command": step["shell"]}}
+    return {"type": "text", "text": step.get("say", "")}
+
+
+def _anthropic_message(step: dict[str, str], index: int) -> dict[str, Any]:
+    block = _anthropic_block(step, index)
+    return {"id": f"msg_fake{index:04d}", "type": "message", "role": "assistant",
+            "model": "fake-model",
+            "content": [block], "stop_reason": "tool_use" if "shell" in step else "end_turn",
+            "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 10}}
+
+
+def _anthropic_events(step: dict[str, str],
+                      index: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    message = {**_anthropic_message(step, index), "content": [], "stop_reason": None}
+    yield "message_start", {"type": "message_start", "message": message}
+    block = _anthropic_block(step, index)
+    if block["type"] == "tool_use":
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    else:
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": block["text"]}
+    yield "content_block_start", {"type": "content_block_start", "index": 0,
+                                  "content_block": start}
+    yield "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+    yield "content_block_stop", {"type": "content_block_stop", "index": 0}
+    yield "message_delta", {"type": "message_delta",
+                            "delta": {"stop_reason": "tool_use" if "shell" in step
+                                      else "end_turn", "stop_sequence": None},
+                            "usage": {"output_tokens": 10}}
+    yield "message_stop", {"type": "message_stop"}
+
+
+# ---- OpenAI Responses ----------------------------------------------------------------------
+
+def _openai_item(step: dict[str, str], index: int) -> dict[str, Any]:
+    if "shell" in step:
+        return {"type": "function_call", "id": f"fc_fake{index:04d}",
+                "call_id": f"call_fake{index:04d}", "name": OPENAI_SHELL,
+                "arguments": json.dumps({"cmd": step["shell"]}), "status": "completed"}
+    return {"type": "message", "id": f"msg_fake{index:04d}", "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": step.get("say", ""),
+                         "annotations": []}]}
+
+
+def _openai_events(step: dict[str, str],
+                   index: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    response = {"id": f"resp_fake{index:04d}", "object": "response", "model": "fake-model",
+                "status": "in_progress", "output": []}
+    yield "response.created", {"type": "response.created", "response": response}
+    item = _openai_item(step, index)
+    yield "response.output_item.added", {"type": "response.output_item.added",
+                                         "output_index": 0, "item": item}
+    yield "response.output_item.done", {"type": "response.output_item.done",
+                                        "output_index": 0, "item": item}
+    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
+             "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
+             "total_tokens": 20}
+    yield "response.completed", {"type": "response.completed",
+                                 "response": {**response, "status": "completed",
+                                              "output": [item], "usage": usage}}
+
+
+# ---- HTTP ----------------------------------------------------------------------------------
+
+def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> bytes:
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                    for name, data in events)
+
+
+def _http(status: int, content_type: str, payload: bytes) -> bytes:
+    reason = {200: "OK", 400: "Bad Request"}[status]
+    head = (f"HTTP/1.1 {status} {reason}\r\nServer: fakenet\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: keep-alive\r\n\r\n")
+    return head.encode() + payload
