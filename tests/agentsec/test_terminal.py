@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -105,3 +106,16 @@ def test_presets_piped_keeps_every_name_copyable():
     assert proc.returncode == 0, proc.stderr
     words = {line.split()[-1] for line in proc.stdout.splitlines() if line.strip()}
     assert set(load_presets()) <= words
+
+
+def test_a_hostile_report_file_is_cleaned_before_the_terminal(tmp_path: Path):
+    # A report from elsewhere (a CI artifact, a colleague) can hold anything: it is cleaned at
+    # untrusted.py like a probe output before it reaches the terminal.
+    r = report(outputs.sealed(), "fine")
+    r["label"] = "evil\x1b]0;owned\x07\x1b[2J\u202ename"
+    r["summary"]["findings"] = [{**f, "title": "x\x1b[31mred"} for f in r["summary"]["findings"]]
+    (tmp_path / "evil.json").write_text(json.dumps(r))
+    proc = agentsec("compare", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\u202e" not in proc.stdout
+    assert "evil" in proc.stdout and "name" in proc.stdout

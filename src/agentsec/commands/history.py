@@ -11,7 +11,7 @@ from agentsec.cliutil import GateFailed, console, emit_json
 from agentsec.history import DB_NAME, History, Run, regression_between
 from agentsec.render.lines import Cell, Lines, record, wrapped
 from agentsec.render.states import STATE_LABELS
-from agentsec.render.terminal import STATE_STYLES, axis_codes
+from agentsec.render.terminal import STATE_STYLES, axis_codes, legend
 from agentsec.results import document
 from agentsec.untrusted import clean_text
 
@@ -20,7 +20,8 @@ def _lines(runs: list[Run], regressions: dict[int, tuple[str, ...]], width: int)
     if not runs:
         return [Text("no runs recorded")]
     axis_ids = list(runs[-1].axes)
-    codes = axis_codes([a.capitalize() for a in axis_ids])
+    titles = [a.capitalize() for a in axis_ids]
+    codes = axis_codes(titles)
     header = [Cell("When", 20), Cell("Score", 6, right=True)] + [Cell(c, len(c)) for c in codes]
     lines = [record(header, "Label")]
     lines[-1].stylize("bold")
@@ -38,10 +39,7 @@ def _lines(runs: list[Run], regressions: dict[int, tuple[str, ...]], width: int)
         lines.append(line)
         for reason in reasons:
             lines += wrapped(clean_text(reason), width, indent=6, style="red")
-    legend = "  ".join(f"{sym} {words}" for sym, words in STATE_LABELS.values())
-    axes = "  ".join(f"{c} {a}" for c, a in zip(codes, axis_ids, strict=True))
-    lines += wrapped(f"{legend}   axes: {axes}", width, indent=0, style="dim")
-    return lines
+    return [*lines, *legend(titles, codes, width, severities=False)]
 
 
 def _regressions(history: History, runs: list[Run]) -> dict[int, tuple[str, ...]]:

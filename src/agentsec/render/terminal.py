@@ -53,17 +53,19 @@ def _score_cell(summary: dict[str, Any]) -> Cell:
     return Cell(text, 6, style="bold", right=True)
 
 
-def legend(titles: Sequence[str], codes: Sequence[str], width: int) -> list[Text]:
+def legend(
+    titles: Sequence[str], codes: Sequence[str], width: int, severities: bool = True
+) -> list[Text]:
     """What the symbols mean, in three lines a reader can find each symbol in."""
     states = "  ".join(f"{sym} {words}" for sym, words in STATE_LABELS.values())
-    severities = " ".join(f"{letter}={name}" for name, letter in SEVERITY_LETTERS.items())
+    levels = " ".join(f"{letter}={name}" for name, letter in SEVERITY_LETTERS.items())
     axes = " ".join(f"{code}={title.lower()}" for code, title in zip(codes, titles, strict=True))
-    parts = (
+    marks = f"{PARTLY} partly not measured;  score{LOWER_BOUND} a lower bound"
+    parts = [
         f"legend: {states}",
-        f"after ✕ the worst severity: {severities};  {PARTLY} partly not measured;  "
-        f"score{LOWER_BOUND} a lower bound",
+        f"after ✕ the worst severity: {levels};  {marks}" if severities else marks,
         f"axes: {axes}",
-    )
+    ]
     return [line for part in parts for line in wrapped(part, width, indent=0, style="dim")]
 
 
