@@ -6,7 +6,7 @@ import click
 
 
 def register(group: click.Group) -> None:
-    from agentsec.commands import chart, history
+    from agentsec.commands import chart, history, ui
 
-    for module in (chart, history):
+    for module in (chart, history, ui):
         group.add_command(module.command)
