@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PROMPTFOO_VERSION=0.123.1
+# The newest promptfoo that runs on Node 20 (0.122 needs Node >= 22.22).
+PROMPTFOO_VERSION=0.121.20
 
 log() { printf '[setup-measure] %s\n' "$*" >&2; }
 

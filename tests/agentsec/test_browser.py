@@ -18,9 +18,10 @@ from tests.agentsec import console as ui
 from tests.agentsec.png import Image, read_png
 from tests.agentsec.reports import agentsec, leaky, report, save_all
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("chromium") is None, reason="chromium is installed by scripts/setup-measure.sh"
-)
+
+@pytest.fixture(autouse=True, scope="module")
+def _chromium() -> None:
+    assert shutil.which("chromium"), "chromium is installed by scripts/setup-measure.sh"
 
 # The band's cell backgrounds, as the template sets them (light scheme, sRGB).
 STATE_BACKGROUNDS = {

@@ -38,8 +38,7 @@ print(json.dumps({"status": r.status, "body": r.read().decode()}))
 
 @pytest.fixture
 def netns() -> Iterator[tuple[str, str]]:
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 is installed by scripts/setup.sh")
+    assert shutil.which("ip"), "iproute2 is installed by scripts/setup.sh"
     name = f"asui-{secrets.token_hex(3)}"
     address = f"10.200.{200 + secrets.randbelow(50)}.{1 + secrets.randbelow(250)}"
     subprocess.run(["ip", "netns", "add", name], check=True)
@@ -98,8 +97,8 @@ def test_allow_remote_runs_is_a_deliberate_choice(netns, results: Path):
     assert (results / "bwrap-hardened.json").exists()
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="installed by setup-measure.sh")
 def test_a_browser_off_loopback_sees_the_page_read_only(netns, results: Path):
+    assert shutil.which("chromium"), "chromium is installed by scripts/setup-measure.sh"
     ns, address = netns
     prefix = ["ip", "netns", "exec", ns]
     with ui.running(results, "--bind", address, prefix=prefix) as console:
