@@ -32,7 +32,7 @@ from agentsec.cliutil import (
 from agentsec.commands import register
 from agentsec.errors import AgentsecError, CaptureError
 from agentsec.formats import Format, render
-from agentsec.history import DB_NAME, History
+from agentsec.history import DB_NAME, History, HistoryError
 from agentsec.launchers import (
     Launch,
     availability,
@@ -213,9 +213,15 @@ def _finish(saved: service.SavedReport, opts: dict[str, Any]) -> None:
             console.print(findings_table(report))
     say(f"reports: {saved.json_path}  {saved.markdown_path}")
     checks = _gate_checks(report, opts, say)
-    regression, more = _record(report, opts, say)
+    try:
+        regression, more = _record(report, opts, say)
+        history_error = None
+    except HistoryError as error:  # the CI files are still written, then the error is told
+        regression, more, history_error = None, [], error
     results = Results((report,), tuple(checks + more), ((report["label"], str(saved.json_path)),))
     _write_outputs(results, opts)
+    if history_error is not None:
+        raise history_error
     if as_json:
         emit_json(
             document(

@@ -84,10 +84,12 @@ def test_a_corrupt_history_is_refused_in_one_line_and_left_untouched(tmp_path: P
     db = tmp_path / "reports" / DB_NAME
     db.parent.mkdir()
     db.write_bytes(content)
-    proc = _score(tmp_path, _capture(tmp_path, outputs.sealed()))
+    sarif = tmp_path / "ci.sarif"
+    proc = _score(tmp_path, _capture(tmp_path, outputs.sealed()), "--sarif", str(sarif))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "history" in proc.stderr
     assert db.read_bytes() == content
+    assert sarif.exists()  # the CI files are written before the history is told to be broken
     shown = agentsec("history", "--results", str(tmp_path / "reports"))
     assert shown.returncode == 1 and shown.stderr.startswith("agentsec: error:")
 
