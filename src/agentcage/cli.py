@@ -380,10 +380,14 @@ def secret_rm(name: str, key: str) -> None:
 @secret.command("rotate-placeholders")
 @click.argument("name", shell_complete=complete_cages)
 @click.argument("keys", nargs=-1)
-def secret_rotate(name: str, keys: tuple[str, ...]) -> None:
+@JSON_FLAG
+def secret_rotate(name: str, keys: tuple[str, ...], as_json: bool) -> None:
     """Mint new placeholders (all, or KEYS); a running cage's gateway switches at once and the
     old ones stop injecting. New commands in the cage see the new ones."""
     result = _service().secret_rotate(name, keys)
+    if as_json:
+        _emit(document("rotated-placeholders", cage=name, **result))
+        return
     for r in result["rotated"]:
         out.print(f"{r['name']}: {r['old']} -> {r['new']}", markup=False, emoji=False)
     if result["applied"]:
@@ -415,11 +419,15 @@ def scaffold_show(name: str) -> None:
 
 @cli.command()
 @click.option("--yes", "-y", is_flag=True, help="do not ask")
-def prune(yes: bool) -> None:
+@JSON_FLAG
+def prune(yes: bool, as_json: bool) -> None:
     """Remove ephemeral cages and cages whose gateway died."""
     if not yes and sys.stdin.isatty():
         click.confirm("remove ephemeral and broken cages?", abort=True)
     removed = _service().prune()
+    if as_json:
+        _emit(document("pruned", removed=removed))
+        return
     out.print(f"removed: {', '.join(removed)}" if removed else "nothing to prune")
 
 

@@ -80,5 +80,6 @@ def test_cli_json_outputs(tmp_path: Path):
 
     assert run("ls")["cages"] == [] and run("cage", "ls")["kind"] == "cages"
     assert "minimal" in run("scaffold", "list")["scaffolds"]
+    assert run("prune", "--yes")["removed"] == []
     doctor = run("doctor")
     assert doctor["kind"] == "doctor" and all({"name", "ok"} <= set(c) for c in doctor["checks"])
