@@ -64,12 +64,6 @@ class Lines:
     def __init__(self, build: Callable[[int], list[Text]]) -> None:
         self._build = build
 
-    def lines(self, width: int = 80) -> list[Text]:
-        return self._build(width)
-
-    def plain(self, width: int = 80) -> str:
-        return "\n".join(line.plain.rstrip() for line in self.lines(width))
-
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         for line in self._build(options.max_width):
             line.no_wrap = True
