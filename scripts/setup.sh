@@ -59,3 +59,5 @@ log "installing agentcage and its dependencies into .venv"
 .venv/bin/python -m pip install -q -e '.[gateway,dev]' 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import agentsec, agentcage, mitmproxy' >/dev/null
 log "ready: .venv/bin/agentsec and .venv/bin/agentcage"
+# The measurement half's browser and promptfoo tests need chromium and a pinned promptfoo.
+./scripts/setup-measure.sh

@@ -12,12 +12,18 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from agentcage import __version__
+from agentcage.completion import complete_cages, complete_scaffolds
 from agentcage.config.scaffolds import scaffold_config, scaffold_names, scaffold_text
 from agentcage.errors import AgentcageError, ConfigError
+from agentcage.output import (
+    cages_lines,
+    doctor_document,
+    document,
+    domains_lines,
+    secrets_lines,
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
 out = Console(highlight=False, soft_wrap=True, emoji=False)  # ":secret:" is no emoji
@@ -45,6 +51,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("name", required=False, default="my-cage")
 @click.option("--scaffold", "-s", default="minimal", show_default=True,
+              shell_complete=complete_scaffolds,
               help=f"one of: {', '.join(scaffold_names())}")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("cage.yaml"), show_default=True)
@@ -85,7 +92,7 @@ def _apply_overrides(config, *, name, uplink, dns, trust, upstream_ca, allow,
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
-@click.argument("scaffold")
+@click.argument("scaffold", shell_complete=complete_scaffolds)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path),
               help="project directory mounted at /workspace (default: current directory)")
@@ -156,7 +163,7 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
 
 
 @cage.command("update")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.option("--config", "-c", "config_path", required=True,
               type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path),
@@ -186,7 +193,7 @@ def cage_update(name: str, config_path: Path, project: Path | None,
 
 
 def _lifecycle(verb: str):
-    @click.argument("name")
+    @click.argument("name", shell_complete=complete_cages)
     def command(name: str) -> None:
         svc = _service()
         getattr(svc, verb)(name)
@@ -209,7 +216,7 @@ def _confirm(question: str, yes: bool) -> None:
 
 
 def _destroy():
-    @click.argument("name")
+    @click.argument("name", shell_complete=complete_cages)
     @click.option("--yes", "-y", is_flag=True, help="do not ask")
     @click.option("--keep-secrets", is_flag=True,
                   help="keep the stored secrets for the next `cage create` of this name")
@@ -231,21 +238,29 @@ cage.command("destroy")(_destroy())
 cli.command("destroy")(_destroy())
 
 
-def _ls() -> None:
+JSON_FLAG = click.option("--json", "as_json", is_flag=True,
+                         help="print a versioned JSON document instead")
+
+
+def _emit(doc: dict) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def _ls(as_json: bool) -> None:
     """The cages on this machine, with their status and lifecycle."""
     rows = _service().ls()
-    table = Table("NAME", "STATUS", "LIFECYCLE", box=None)
-    for row in rows:
-        table.add_row(row["name"], row["status"], row["lifecycle"])
-    out.print(table if rows else "no cages")
+    if as_json:
+        _emit(document("cages", cages=rows))
+        return
+    out.print(cages_lines(rows))
 
 
-cli.command("ls")(_ls)
-cage.command("ls")(_ls)
+cli.command("ls")(JSON_FLAG(_ls))
+cage.command("ls")(JSON_FLAG(_ls))  # click takes a function's options when it makes a command
 
 
 def _exec_command():
-    @click.argument("name")
+    @click.argument("name", shell_complete=complete_cages)
     @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
     def command(name: str, command: tuple[str, ...]) -> None:
         """Run COMMAND inside the cage NAME (write it after --)."""
@@ -259,7 +274,7 @@ cage.command("exec", context_settings={"ignore_unknown_options": True})(_exec_co
 
 
 def _shell_command():
-    @click.argument("name")
+    @click.argument("name", shell_complete=complete_cages)
     def command(name: str) -> None:
         """Open a shell in the cage NAME (interactive on a terminal; else it reads commands
         from stdin). Exits with the shell's status."""
@@ -275,7 +290,7 @@ cage.command("shell")(_shell_command())
 
 
 def _logs_command():
-    @click.argument("name")
+    @click.argument("name", shell_complete=complete_cages)
     @click.option("--follow", "-f", is_flag=True)
     @click.option("--decision", "-d", type=click.Choice(["allowed", "flagged", "blocked"]))
     @click.option("--json", "as_json", is_flag=True, help="raw audit records")
@@ -340,7 +355,7 @@ cage.command("audit")(_logs_command())  # the seed's `cage audit NAME --summary`
 
 
 def _har_command():
-    @click.argument("name")
+    @click.argument("name", shell_complete=complete_cages)
     @click.option("--output", "-o", required=True,
                   type=click.Path(dir_okay=False, path_type=Path), help="the .har file to write")
     @click.option("--view", type=click.Choice(["inbound", "outbound"]), default="inbound",
@@ -376,7 +391,7 @@ def secret() -> None:
 
 
 @secret.command("set")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.argument("key")
 def secret_set(name: str, key: str) -> None:
     """Store KEY for cage NAME; the value is read from a hidden prompt or from stdin."""
@@ -399,27 +414,19 @@ def secret_set(name: str, key: str) -> None:
 
 
 @secret.command("list")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.option("--json", "as_json", is_flag=True)
 def secret_list(name: str, as_json: bool) -> None:
     """Names, bindings and placeholders of cage NAME's secrets (never values)."""
     doc = _service().secret_list(name)
     if as_json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        _emit(document("secrets", **doc))
         return
-    table = Table("name", "stored", "inject_to", "parts", "placeholder")
-    for e in doc["secrets"]:
-        parts = ",".join(p for p, on in (("headers", e["inject_headers"]),
-                                          ("body", e["inject_body"])) if on)
-        cells = (e["name"], "yes" if e["stored"] else "NO", ", ".join(e["inject_to"]) or "-",
-                 parts or "-", e["placeholder"] or "-")
-        table.add_row(*(Text(c) for c in cells))  # Text: no markup, no :emoji: codes
-    out.print(f"backend: {doc['backend']} ({doc['backend_reason']})", markup=False, emoji=False)
-    out.print(table)
+    out.print(secrets_lines(doc))  # Text throughout: no markup, no :emoji: codes
 
 
 @secret.command("rm")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.argument("key")
 def secret_rm(name: str, key: str) -> None:
     """Delete KEY of cage NAME from the store; a running gateway stops injecting it."""
@@ -429,12 +436,16 @@ def secret_rm(name: str, key: str) -> None:
 
 
 @secret.command("rotate-placeholders")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.argument("keys", nargs=-1)
-def secret_rotate(name: str, keys: tuple[str, ...]) -> None:
+@JSON_FLAG
+def secret_rotate(name: str, keys: tuple[str, ...], as_json: bool) -> None:
     """Mint new placeholders (all, or KEYS); a running cage's gateway switches at once and the
     old ones stop injecting. New commands in the cage see the new ones."""
     result = _service().secret_rotate(name, keys)
+    if as_json:
+        _emit(document("rotated-placeholders", cage=name, **result))
+        return
     for r in result["rotated"]:
         out.print(f"{r['name']}: {r['old']} -> {r['new']}", markup=False, emoji=False)
     if result["applied"]:
@@ -447,14 +458,18 @@ def scaffold() -> None:
 
 
 @scaffold.command("list")
-def scaffold_list() -> None:
+@JSON_FLAG
+def scaffold_list(as_json: bool) -> None:
     """The harnesses `scaffold` can write a cage.yaml for."""
+    if as_json:
+        _emit(document("scaffolds", scaffolds=scaffold_names()))
+        return
     for name in scaffold_names():
         out.print(name)
 
 
 @scaffold.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_scaffolds)
 def scaffold_show(name: str) -> None:
     """Print the cage.yaml scaffold for harness NAME."""
     sys.stdout.write(scaffold_text(name, "my-cage"))
@@ -462,10 +477,14 @@ def scaffold_show(name: str) -> None:
 
 @cli.command()
 @click.option("--yes", "-y", is_flag=True, help="do not ask")
-def prune(yes: bool) -> None:
+@JSON_FLAG
+def prune(yes: bool, as_json: bool) -> None:
     """Remove ephemeral cages and cages whose gateway died."""
     _confirm("remove ephemeral and broken cages?", yes)
     removed = _service().prune()
+    if as_json:
+        _emit(document("pruned", removed=removed))
+        return
     out.print(f"removed: {', '.join(removed)}" if removed else "nothing to prune")
 
 
@@ -477,25 +496,19 @@ def domain() -> None:
 
 
 @domain.command("list")
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="the list as JSON")
+@click.argument("name", shell_complete=complete_cages)
+@JSON_FLAG
 def domain_list(name: str, as_json: bool) -> None:
     """Cage NAME's domain list: the baseline and the runtime grants with their expiry."""
     info = _service().domain_list(name)
     if as_json:
-        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+        _emit(document("domains", cage=name, **info))
         return
-    out.print(f"mode: {info['mode'] or 'none (deny everything)'}")
-    table = Table("PATTERN", "LIST", "SOURCE", "EXPIRES", "ACTIVE", box=None)
-    for r in info["rules"]:
-        expires = "never" if r["expires_at"] is None else time.strftime(
-            "%Y-%m-%d %H:%M:%S", time.localtime(r["expires_at"]))
-        table.add_row(r["pattern"], r["list"], r["source"], expires, "yes" if r["active"] else "no")
-    out.print(table)
+    out.print(domains_lines(info))
 
 
 @domain.command("add")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.argument("domains", nargs=-1, required=True)
 @click.option("--expires-in", help="e.g. 30m, 2h, 1d")
 def domain_add(name: str, domains: tuple[str, ...], expires_in: str | None) -> None:
@@ -506,7 +519,7 @@ def domain_add(name: str, domains: tuple[str, ...], expires_in: str | None) -> N
 
 
 @domain.command("rm")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.argument("pattern")
 def domain_rm(name: str, pattern: str) -> None:
     """Remove PATTERN from cage NAME's domain list (a running gateway reloads it)."""
@@ -518,11 +531,17 @@ def domain_rm(name: str, pattern: str) -> None:
 # ---- doctor -----------------------------------------------------------------------------------
 
 @cli.command()
-def doctor() -> None:
+@JSON_FLAG
+def doctor(as_json: bool) -> None:
     """Check the host: binaries, kernel features, gateway dependencies; each with a fix."""
     from agentcage.checks import run_checks
 
     results = run_checks()
+    if as_json:
+        _emit(doctor_document(results))
+        if not all(c.ok for c in results):
+            sys.exit(EXIT_ERROR)
+        return
     for c in results:
         mark = "[green]ok[/green]  " if c.ok else "[red]FAIL[/red]"
         line = f"{mark} {c.name}: {c.detail}"
@@ -534,7 +553,7 @@ def doctor() -> None:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @click.option("--label", default=None, help="Report name (default: cage-NAME).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("reports"), show_default=True, help="Where the reports go.")
@@ -542,19 +561,26 @@ def doctor() -> None:
               help="Exit 2 when the cage scores above this budget.")
 @click.option("--print-findings", is_flag=True, help="Print the finding list too.")
 @click.option("--redact", is_flag=True, help="Strip host details; keep scores and findings.")
+@JSON_FLAG
 def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
-           print_findings: bool, redact: bool) -> None:
+           print_findings: bool, redact: bool, as_json: bool) -> None:
     """Measure the running cage NAME from inside with agentsec's probe, and score it."""
     from agentcage.verify import verify_cage
     from agentsec.render.terminal import findings_table, scores_table
 
     saved = verify_cage(name, label=label, out_dir=out_dir, redact=redact)
     report = saved.report
-    out.print(scores_table([report], title=f"cage {name}, measured from inside"))
-    if print_findings:
-        out.print(findings_table(report))
-    out.print(f"reports: {saved.json_path}  {saved.markdown_path}", markup=False)
     score = report["summary"]["score"]
+    if as_json:
+        _emit(document("verify", cage=name, report=report,
+                       passed=max_score is None or score <= max_score,
+                       files={"json": str(saved.json_path),
+                              "markdown": str(saved.markdown_path)}))
+    else:
+        out.print(scores_table([report], title=f"cage {name}, measured from inside"))
+        if print_findings:
+            out.print(findings_table(report))
+        out.print(f"reports: {saved.json_path}  {saved.markdown_path}", markup=False)
     if max_score is not None and score > max_score:
         err.print(f"gate failed: score {score} is above --max-score {max_score}", markup=False)
         sys.exit(EXIT_GATE)

@@ -8,7 +8,6 @@ traceback. Reports are written before any gate is applied, so a failing gate kee
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -16,14 +15,24 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from agentsec import __version__, gate, service
 from agentsec.assertions import EXPECTATIONS, probe_env
 from agentsec.assertions import check as check_paths
-from agentsec.errors import AgentsecError, CaptureError, ReportError
+from agentsec.cliutil import (
+    GateFailed,
+    complete_cages,
+    complete_presets,
+    emit_json,
+    load_reports,
+)
+from agentsec.cliutil import (
+    console as _console_for,
+)
+from agentsec.commands import register
+from agentsec.errors import AgentsecError, CaptureError
+from agentsec.formats import Format, render
+from agentsec.history import DB_NAME, History, HistoryError
 from agentsec.launchers import (
     Launch,
     availability,
@@ -37,21 +46,22 @@ from agentsec.launchers import (
     preset_launch,
 )
 from agentsec.matrix import choose_presets, run_matrix, save_matrix
-from agentsec.render.html import render_html
+from agentsec.render.records import assertion_lines, preset_lines
 from agentsec.render.terminal import findings_table, scores_table
-from agentsec.report import TEST_BLAST_RADIUS, Target, write_atomically
+from agentsec.report import Target, write_atomically
+from agentsec.results import GateCheck, Results, document
 from agentsec.runner import run_probe
 from agentsec.untrusted import parse_probe_output
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
+JSON_FLAG = click.option(
+    "--json", "as_json", is_flag=True, help="Print a versioned JSON document instead."
+)
 
 
-class GateFailed(Exception):
-    """A CI gate tripped: exit 2 after the report has been written."""
-
-
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=False, emoji=False)
+def _console(as_json: bool = False):
+    # With --json, stdout carries the document alone; everything a person reads goes to stderr.
+    return _console_for(stderr=as_json)
 
 
 def _options(*options: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -95,6 +105,38 @@ GATES = (
         is_flag=True,
         help="Strip hostname, paths, user and variable names; keep every score and finding.",
     ),
+    JSON_FLAG,
+    click.option(
+        "--sarif",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Also write SARIF 2.1.0 (GitHub code scanning) to this file.",
+    ),
+    click.option(
+        "--junit",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Also write JUnit XML to this file.",
+    ),
+    click.option(
+        "--job-summary",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Append a Markdown job summary to this file (e.g. $GITHUB_STEP_SUMMARY).",
+    ),
+    click.option(
+        "--history",
+        "history_db",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help=f"The run history database (default: {DB_NAME} in the --out directory).",
+    ),
+    click.option("--no-history", is_flag=True, help="Do not record this run in the history."),
+    click.option(
+        "--fail-on-regression",
+        is_flag=True,
+        help="Exit 2 when this run is worse than the previous run of the same label.",
+    ),
 )
 LAUNCH = (
     click.option("--label", default=None, help="Report name (default: derived from the target)."),
@@ -108,24 +150,92 @@ LAUNCH = (
 )
 
 
-def _finish(saved: service.SavedReport, opts: dict[str, Any]) -> None:
-    """Show a saved report, then apply the gates."""
-    console = _console()
-    report = saved.report
-    console.print(scores_table([report]))
-    if opts.get("print_findings"):
-        console.print(findings_table(report))
-    console.print(f"reports: {saved.json_path}  {saved.markdown_path}", markup=False)
-    failures = []
+def _gate_checks(report: dict[str, Any], opts: dict[str, Any], say: Callable[[str], None]):
+    checks: list[GateCheck] = []
     score, budget = report["summary"]["score"], opts.get("max_score")
-    if budget is not None and score > budget:
-        failures.append(f"score {score} is above the budget --max-score {budget}")
+    if budget is not None:
+        checks.append(
+            GateCheck("max-score", score <= budget, f"score {score}, budget --max-score {budget}")
+        )
     baseline = opts.get("baseline")
     if baseline is not None:
         result = gate.compare(gate.load_report(baseline), report)
-        console.print(gate.render_gate(result), markup=False)
-        if result.failed:
-            failures.append(f"worse than the baseline {baseline}")
+        say(gate.render_gate(result))
+        detail = f"worse than the baseline {baseline}" if result.failed else f"{baseline}: ok"
+        checks.append(GateCheck("baseline", not result.failed, detail))
+    return checks
+
+
+def _record(report: dict[str, Any], opts: dict[str, Any], say: Callable[[str], None]):
+    """Record the run in the history; a regression against the previous run of the same label
+    is always shown, and is a gate with --fail-on-regression."""
+    if opts.get("no_history"):
+        return None, []
+    db = opts.get("history_db") or opts["out_dir"] / DB_NAME
+    regression = History(db).record(report)
+    checks = []
+    if regression.regressed:
+        say(f"REGRESSION against the previous run of {report['label']}:")
+        for reason in regression.reasons:
+            say(f"  {reason}")
+    if opts.get("fail_on_regression"):
+        detail = "; ".join(regression.reasons) or "not worse than the previous run"
+        checks.append(GateCheck("regression", not regression.regressed, detail))
+    return regression, checks
+
+
+def _write_outputs(results: Results, opts: dict[str, Any]) -> None:
+    for option, fmt in (("sarif", Format.SARIF), ("junit", Format.JUNIT)):
+        if opts.get(option) is not None:
+            write_atomically(opts[option], render(fmt, results))
+    summary = opts.get("job_summary")
+    if summary is not None:
+        # Appended, not replaced: a CI job's summary file collects every step's section.
+        try:
+            with summary.open("a", encoding="utf-8") as handle:
+                handle.write(render(Format.SUMMARY, results))
+        except OSError as exc:
+            raise AgentsecError(f"cannot write the job summary {summary}: {exc.strerror}") from exc
+
+
+def _finish(saved: service.SavedReport, opts: dict[str, Any]) -> None:
+    """Show a saved report, record it, write the CI formats, then apply the gates."""
+    as_json = bool(opts.get("as_json"))
+    console = _console(as_json)
+
+    def say(text: str) -> None:
+        console.print(text, markup=False)
+
+    report = saved.report
+    if not as_json:
+        console.print(scores_table([report]))
+        if opts.get("print_findings"):
+            console.print(findings_table(report))
+    say(f"reports: {saved.json_path}  {saved.markdown_path}")
+    checks = _gate_checks(report, opts, say)
+    try:
+        regression, more = _record(report, opts, say)
+        history_error = None
+    except HistoryError as error:  # the CI files are still written, then the error is told
+        regression, more, history_error = None, [], error
+    results = Results((report,), tuple(checks + more), ((report["label"], str(saved.json_path)),))
+    _write_outputs(results, opts)
+    if history_error is not None:
+        raise history_error
+    if as_json:
+        emit_json(
+            document(
+                "run",
+                report=report,
+                gates=[check.as_dict() for check in results.gates],
+                failed=results.failed,
+                regression=None
+                if regression is None
+                else {"regressed": regression.regressed, "reasons": list(regression.reasons)},
+                files={"json": str(saved.json_path), "markdown": str(saved.markdown_path)},
+            )
+        )
+    failures = [check.detail for check in results.gates if not check.passed]
     if failures:
         raise GateFailed("; ".join(failures))
 
@@ -214,7 +324,7 @@ blast_radius.add_command(_container_command("podman"))
 
 
 @blast_radius.command("cage")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_cages)
 @_options(*LAUNCH, *GATES)
 def br_cage(name: str, **opts: Any) -> None:
     """A running agentcage cage, measured from inside through `agentcage exec`."""
@@ -231,7 +341,7 @@ def br_command(template: str, **opts: Any) -> None:
 
 
 @blast_radius.command("preset")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_presets)
 @click.argument("extra_flags", nargs=-1, type=click.UNPROCESSED)
 @click.option("--image", default=None, help="The image, for container presets.")
 @click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
@@ -245,58 +355,80 @@ def br_preset(
 
 
 @cli.command()
-def presets() -> None:
+@JSON_FLAG
+def presets(as_json: bool) -> None:
     """The shipped presets, and whether this host can run each one now."""
-    table = Table(title="Presets")
-    for column in ("Preset", "Engine", "Runnable here", "Rationale / why not"):
-        table.add_column(column)
-    for preset in load_presets().values():
-        state = availability(preset)
-        table.add_row(
-            preset.name,
-            preset.engine,
-            Text("yes", style="green") if state.runnable else Text("no", style="red"),
-            Text(state.why_not or preset.rationale),
+    rows = [(preset, availability(preset)) for preset in load_presets().values()]
+    if as_json:
+        emit_json(
+            document(
+                "presets",
+                presets=[
+                    {
+                        "name": p.name,
+                        "engine": p.engine,
+                        "runnable": state.runnable,
+                        "why_not": state.why_not or None,
+                        "rationale": p.rationale,
+                        "flags": list(p.flags),
+                        "needs_image": p.needs_image,
+                    }
+                    for p, state in rows
+                ],
+            )
         )
-    _console().print(table)
+        return
+    _console().print(preset_lines(rows))
 
 
 @cli.command()
 @click.argument("old", type=click.Path(path_type=Path, dir_okay=False))
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False))
-def diff(old: Path, new: Path) -> None:
+@JSON_FLAG
+def diff(old: Path, new: Path, as_json: bool) -> None:
     """Exit 2 when NEW is worse than the accepted OLD report in any way."""
     result = gate.compare(gate.load_report(old), gate.load_report(new))
-    click.echo(gate.render_gate(result))
+    if as_json:
+        groups = ("new", "worse", "widened", "unmeasured", "fixed", "noted")
+        emit_json(
+            document(
+                "diff",
+                baseline=str(old),
+                report=str(new),
+                failed=result.failed,
+                incompatible=list(result.incompatible),
+                **{
+                    g: [dataclasses.asdict(c) for c in getattr(result, g)] for g in groups
+                },
+            )
+        )
+    else:
+        click.echo(gate.render_gate(result))
     if result.failed:
         raise GateFailed(f"{new} is worse than the baseline {old}")
 
 
-def _load_reports(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
-    """Blast-radius reports from files, and from directories (whose other JSON files, such as
-    matrix tables, are passed over). A named file that is not a report is an error."""
-    reports: list[dict[str, Any]] = []
-    for path in paths:
-        if not path.is_dir():
-            reports.append(gate.load_report(path))
-            continue
-        for member in sorted(path.glob("*.json")):
-            try:
-                kind = json.loads(member.read_text(encoding="utf-8")).get("test")
-            except (OSError, ValueError, AttributeError):
-                kind = None  # unreadable: load_report below says why, in one line
-            if kind in (None, TEST_BLAST_RADIUS):
-                reports.append(gate.load_report(member))
-    if not reports:
-        raise ReportError("no reports found in what was given")
-    return reports
-
-
 @cli.command()
 @click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
-def compare(reports: tuple[Path, ...]) -> None:
+@JSON_FLAG
+def compare(reports: tuple[Path, ...], as_json: bool) -> None:
     """Side by side: label, score, raw score, each axis and the findings, one row per report."""
-    loaded = _load_reports(reports)
+    loaded = load_reports(reports)
+    if as_json:
+        rows = [
+            {
+                "label": r["label"],
+                "score": r["summary"]["score"],
+                "raw_score": r["summary"]["raw_score"],
+                "score_is_lower_bound": r["summary"].get("score_is_lower_bound", False),
+                "axes": {k: a["state"] for k, a in r["summary"]["axes"].items()},
+                "findings": [f["id"] for f in r["summary"]["findings"]],
+                "probe_version": r["probe"]["version"],
+            }
+            for r in loaded
+        ]
+        emit_json(document("comparison", runs=rows))
+        return
     _console().print(scores_table(loaded, title="Comparison", detailed=True))
 
 
@@ -332,7 +464,7 @@ def _assert_launch(
 @click.option("--template", default=None, help="For --kind command: names {probe} or ends in '-'.")
 @click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
 @click.option("--python", default="python3", show_default=True, help="Interpreter in sandbox.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@JSON_FLAG
 @_options(
     *(
         click.option(
@@ -369,17 +501,9 @@ def assert_paths(
     run = run_probe(launch.prefix, python=launch.python, env=env)
     results = check_paths(run.output, wanted)
     if as_json:
-        click.echo(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+        emit_json(document("path-assertions", results=[dataclasses.asdict(r) for r in results]))
     else:
-        table = Table(title="Path assertions")
-        for column in ("Result", "Expectation", "Path", "Observed"):
-            table.add_column(column)
-        for r in results:
-            style = "green" if r.verdict == "pass" else "bold red"
-            table.add_row(
-                Text(r.verdict.upper(), style=style), r.expectation, Text(r.path), Text(r.observed)
-            )
-        _console().print(table)
+        _console().print(assertion_lines(results))
     failed = [r for r in results if r.failed]
     if failed:
         raise GateFailed(f"{len(failed)} of {len(results)} path expectations not met")
@@ -393,18 +517,32 @@ def assert_paths(
     type=click.Path(path_type=Path, dir_okay=False),
     default=Path("blast-radius.html"),
     show_default=True,
-    help="The HTML file to write.",
+    help="The file to write.",
 )
-def report(reports: tuple[Path, ...], out_file: Path) -> None:
-    """One self-contained HTML page from saved reports (files or directories)."""
-    loaded = _load_reports(reports)
-    write_atomically(out_file, render_html(loaded))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([f.value for f in Format]),
+    default=Format.HTML.value,
+    show_default=True,
+    help="html: one self-contained page; or any other format agentsec writes.",
+)
+def report(reports: tuple[Path, ...], out_file: Path, fmt: str) -> None:
+    """One self-contained HTML page (or --format) from saved reports (files or directories)."""
+    loaded = load_reports(reports)
+    write_atomically(out_file, render(Format(fmt), Results(tuple(loaded))))
     click.echo(f"wrote {out_file} ({len(loaded)} runs)")
 
 
 @cli.command()
 @click.argument("image", required=False)
-@click.option("--presets", "preset_list", default=None, help="Comma-separated preset names.")
+@click.option(
+    "--presets",
+    "preset_list",
+    default=None,
+    shell_complete=complete_presets,
+    help="Comma-separated preset names.",
+)
 @click.option("--python", default="python3", show_default=True, help="Interpreter in sandboxes.")
 @click.option(
     "--max-score",
@@ -413,18 +551,26 @@ def report(reports: tuple[Path, ...], out_file: Path) -> None:
     help="Exit 2 when even the best configuration scores above this budget.",
 )
 @OUT_DIR
+@JSON_FLAG
 def matrix(
-    image: str | None, preset_list: str | None, python: str, max_score: int | None, out_dir: Path
+    image: str | None,
+    preset_list: str | None,
+    python: str,
+    max_score: int | None,
+    out_dir: Path,
+    as_json: bool,
 ) -> None:
     """Every runnable preset (or --presets a,b) against IMAGE, one row per configuration."""
     names = choose_presets([n.strip() for n in preset_list.split(",")] if preset_list else None)
-    console = _console()
+    console = _console(as_json)
     result = run_matrix(
         image, names, out_dir, python, lambda line: console.print(line, markup=False)
     )
     json_path, md_path = save_matrix(result, out_dir)
     reports = [gate.load_report(Path(row["report"])) for row in result.rows]
-    if reports:
+    if as_json:
+        emit_json(result.as_dict())
+    elif reports:
         console.print(scores_table(reports, title=f"Matrix: {image or 'bubblewrap presets'}"))
     console.print(f"matrix: {json_path}  {md_path}", markup=False)
     best = result.best_score()
@@ -436,15 +582,22 @@ def matrix(
 
 @cli.command()
 @OUT_DIR
-def demo(out_dir: Path) -> None:
+@JSON_FLAG
+def demo(out_dir: Path, as_json: bool) -> None:
     """Build a fake internet and measure an open configuration against bubblewrap sandboxes."""
     from agentsec.demo import run_demo  # imported late: it needs root and the namespace tools
 
-    console = _console()
+    console = _console(as_json)
     saved = run_demo(out_dir, console)
-    console.print(scores_table([s.report for s in saved], title="Blast radius, fake internet"))
+    if as_json:
+        emit_json(document("demo", reports=[s.report for s in saved]))
+    else:
+        console.print(scores_table([s.report for s in saved], title="Blast radius, fake internet"))
     for item in saved:
         console.print(f"{item.report['label']}: {item.json_path}", markup=False)
+
+
+register(cli)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,9 +34,9 @@ def clean_text(value: str, limit: int = MAX_TEXT) -> str:
     return text
 
 
-def clean_tree(value: Any, depth: int = 0) -> Any:
+def clean_tree(value: Any, depth: int = 0, max_depth: int = MAX_DEPTH) -> Any:
     """A copy of a decoded JSON value with every string cleaned and every size bounded."""
-    if depth > MAX_DEPTH:
+    if depth > max_depth:
         return "[nested too deep]"
     if isinstance(value, str):
         return clean_text(value)
@@ -45,11 +45,22 @@ def clean_tree(value: Any, depth: int = 0) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, list):
-        return [clean_tree(v, depth + 1) for v in value[:MAX_ITEMS]]
+        return [clean_tree(v, depth + 1, max_depth) for v in value[:MAX_ITEMS]]
     if isinstance(value, dict):
         items = list(value.items())[:MAX_ITEMS]
-        return {clean_text(str(k), 80): clean_tree(v, depth + 1) for k, v in items}
+        return {clean_text(str(k), 80): clean_tree(v, depth + 1, max_depth) for k, v in items}
     return clean_text(repr(value))
+
+
+# A saved report nests the probe's own output (itself up to MAX_DEPTH) a few levels down.
+REPORT_DEPTH = MAX_DEPTH + 4
+
+
+def clean_report(report: dict[str, Any]) -> dict[str, Any]:
+    """A saved report read back from disk, a history or a CI artifact, cleaned like a probe
+    output: whoever wrote the file, nothing in it reaches a terminal or a page unescaped."""
+    cleaned = clean_tree(report, max_depth=REPORT_DEPTH)
+    return cleaned if isinstance(cleaned, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,14 @@ def tree() -> Iterator[Path]:
     shutil.rmtree(tmp_path)
 
 
+def _document(proc: subprocess.CompletedProcess[str]) -> dict:
+    doc = json.loads(proc.stdout)
+    assert doc["kind"] == "path-assertions" and doc["schema_version"] == 1
+    return doc
+
+
 def _by_path(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
-    return {(r["path"], r["expectation"]): r for r in json.loads(proc.stdout)}
+    return {(r["path"], r["expectation"]): r for r in _document(proc)["results"]}
 
 
 def test_present_denied_is_told_apart_from_absent(tree: Path):

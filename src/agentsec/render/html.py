@@ -25,5 +25,12 @@ def _environment() -> Environment:
     return env
 
 
-def render_html(reports: list[dict[str, Any]], title: str = "agentsec blast radius") -> str:
-    return _environment().get_template("report.html.j2").render(reports=reports, title=title)
+def render_html(
+    reports: list[dict[str, Any]],
+    title: str = "agentsec blast radius",
+    console: dict[str, Any] | None = None,
+) -> str:
+    """The page. ``console`` (history plots, regressions, the run form and its token) is given
+    only by the localhost console; `agentsec report` renders the same page without it."""
+    template = _environment().get_template("report.html.j2")
+    return template.render(reports=reports, title=title, console=console)

@@ -12,7 +12,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#])")
 
 def md(text: Any) -> str:
     """Escape text from a report (ultimately from inside a sandbox) for Markdown."""
-    return _MD_SPECIAL.sub(r"\\\1", str(text))
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).splitlines()))
 
 
 def _score_line(summary: dict[str, Any]) -> str:

@@ -1,71 +1,127 @@
-"""Rich renderables for the terminal. Text from reports is passed as Text, never as markup."""
+"""Reports in the terminal: one run per line, one symbol per axis, a legend, the name whole.
+
+Seven axes as words do not fit 80 columns; seven two-character symbols do. Every listing ends
+with a legend, so a reader (or a pipe into a file) never has to guess what "✕H" means. Text from
+reports is passed as Text, never as markup.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rich.table import Table
 from rich.text import Text
 
-from agentsec.render.states import axis_cell
+from agentsec.render.lines import Cell, Lines, record, wrapped
+from agentsec.render.states import STATE_LABELS
 
-_STATE_STYLES = {
+STATE_STYLES = {
     "sealed": "green",
     "refused": "yellow",
     "reachable": "bold red",
     "not_measured": "magenta",
 }
+SEVERITY_LETTERS = {"critical": "C", "high": "H", "medium": "M", "low": "L", "info": "I"}
+PARTLY = "*"  # the axis has a state, but part of it could not be measured
+LOWER_BOUND = "+"  # the score is a lower bound: something was not measured
 
 
-def _axis_text(axis: dict[str, Any]) -> Text:
-    return Text(axis_cell(axis), style=_STATE_STYLES.get(axis.get("state"), "magenta"))
+def axis_codes(titles: Sequence[str]) -> list[str]:
+    """The shortest prefix length (at least three letters) that tells every axis apart."""
+    longest = max((len(t) for t in titles), default=3)
+    for size in range(3, longest + 1):
+        codes = [t[:size] for t in titles]
+        if len(set(codes)) == len(codes):
+            return codes
+    return list(titles)
 
 
-def _score_text(summary: dict[str, Any]) -> Text:
-    text = Text(str(summary["score"]), style="bold")
-    if summary.get("score_is_lower_bound"):
-        text.append(" (lower bound)", style="magenta")
-    return text
+def axis_symbol(axis: dict[str, Any]) -> tuple[str, str]:
+    """Two characters for one axis, and its style: '✕H' reachable (high), '✓*' partly measured."""
+    state = axis.get("state")
+    symbol, _ = STATE_LABELS.get(state, STATE_LABELS["not_measured"])
+    suffix = " "
+    if state == "reachable" and axis.get("severity"):
+        suffix = SEVERITY_LETTERS.get(axis["severity"], "?")
+    elif state != "not_measured" and axis.get("not_measured"):
+        suffix = PARTLY
+    return symbol + suffix, STATE_STYLES.get(state, "magenta")
+
+
+def _score_cell(summary: dict[str, Any]) -> Cell:
+    text = str(summary["score"]) + (LOWER_BOUND if summary.get("score_is_lower_bound") else " ")
+    return Cell(text, 6, style="bold", right=True)
+
+
+def legend(
+    titles: Sequence[str], codes: Sequence[str], width: int, severities: bool = True
+) -> list[Text]:
+    """What the symbols mean, in three lines a reader can find each symbol in."""
+    states = "  ".join(f"{sym} {words}" for sym, words in STATE_LABELS.values())
+    levels = " ".join(f"{letter}={name}" for name, letter in SEVERITY_LETTERS.items())
+    axes = " ".join(f"{code}={title.lower()}" for code, title in zip(codes, titles, strict=True))
+    marks = f"{PARTLY} partly not measured;  score{LOWER_BOUND} a lower bound"
+    parts = [
+        f"legend: {states}",
+        f"after ✕ the worst severity: {levels};  {marks}" if severities else marks,
+        f"axes: {axes}",
+    ]
+    return [line for part in parts for line in wrapped(part, width, indent=0, style="dim")]
+
+
+def _scores(reports: list[dict[str, Any]], title: str | None, detailed: bool, width: int):
+    lines: list[Text] = []
+    if title:
+        lines.append(Text(title, style="bold"))
+    if not reports:
+        return [*lines, Text("no runs")]
+    axes = list(reports[0]["summary"]["axes"].values())
+    titles = [a["title"] for a in axes]
+    codes = axis_codes(titles)
+    header = [Cell("Score", 6, right=True)]
+    if detailed:
+        header.append(Cell("Raw", 4, right=True))
+    header += [Cell(code, len(code)) for code in codes]
+    lines.append(record(header, "Configuration"))
+    lines[-1].stylize("bold")
+    for report in reports:
+        summary = report["summary"]
+        cells = [_score_cell(summary)]
+        if detailed:
+            cells.append(Cell(str(summary["raw_score"]), 4, right=True))
+        by_id = summary["axes"]
+        for axis_id, code in zip(reports[0]["summary"]["axes"], codes, strict=True):
+            symbol, style = axis_symbol(by_id.get(axis_id, {"state": "not_measured"}))
+            cells.append(Cell(symbol, len(code), style=style))
+        lines.append(record(cells, report["label"]))
+        if detailed:
+            ids = " ".join(f["id"] for f in summary["findings"]) or "no findings"
+            lines += wrapped(f"findings: {ids}", width, indent=7, style="dim")
+    lines += legend(titles, codes, width)
+    return lines
 
 
 def scores_table(
     reports: Iterable[dict[str, Any]], title: str | None = None, detailed: bool = False
-) -> Table:
-    """One row per report: label, score, a cell per axis; raw score and finding IDs if detailed."""
+) -> Lines:
+    """One line per run: score, a symbol per axis, the label; raw score and findings if detailed."""
     reports = list(reports)
-    table = Table(title=title, show_lines=detailed)
-    table.add_column("Configuration", no_wrap=True)
-    table.add_column("Score", justify="right", no_wrap=True)
-    if detailed:
-        table.add_column("Raw", justify="right")
-    if reports:
-        for axis in reports[0]["summary"]["axes"].values():
-            table.add_column(axis["title"])
-    if detailed:
-        table.add_column("Findings")
-    for report in reports:
-        summary = report["summary"]
-        row: list[Text | str] = [Text(report["label"]), _score_text(summary)]
-        if detailed:
-            row.append(str(summary["raw_score"]))
-        row += [_axis_text(a) for a in summary["axes"].values()]
-        if detailed:
-            row.append(Text(" ".join(f["id"] for f in summary["findings"])))
-        table.add_row(*row)
-    return table
+    return Lines(lambda width: _scores(reports, title, detailed, width))
 
 
-def findings_table(report: dict[str, Any]) -> Table:
-    table = Table(title=Text(f"Findings: {report['label']}"))
-    for column in ("ID", "Severity", "Pts", "Finding", "Evidence"):
-        table.add_column(column, justify="right" if column == "Pts" else "left")
-    for f in report["summary"]["findings"]:
-        table.add_row(
-            f["id"],
-            f["severity"],
-            str(f["points"]),
-            Text(f["title"]),
-            Text("\n".join(f["evidence"])),
-        )
-    return table
+def _findings(report: dict[str, Any], width: int) -> list[Text]:
+    lines = [Text(f"Findings: {report['label']}", style="bold")]
+    findings = report["summary"]["findings"]
+    if not findings:
+        return [*lines, Text("no findings")]
+    for f in findings:
+        cells = [Cell(f["id"], 9), Cell(f["severity"], 8), Cell(str(f["points"]), 3, right=True)]
+        lines.append(record(cells, f["title"]))
+        for item in f["evidence"]:
+            lines += wrapped(item, width, indent=6, style="dim")
+    return lines
+
+
+def findings_table(report: dict[str, Any]) -> Lines:
+    """One line per finding (ID, severity, points, title), its evidence indented below."""
+    return Lines(lambda width: _findings(report, width))

@@ -1,0 +1,97 @@
+"""How `agentcage` shows its listings: one record per line with the name whole, and versioned
+JSON documents for `--json`. Rendering only; the commands in cli.py decide what to show.
+
+The layout is agentsec's (render/lines.py): short fixed fields first, the name or placeholder
+last and never cut, so it can be copied from a terminal at 80 columns or from a pipe.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+
+from agentsec.render.lines import Cell, Lines, record, wrapped
+
+DOCUMENT_VERSION = 1
+
+
+def document(kind: str, **body: Any) -> dict[str, Any]:
+    """The shape of every `agentcage ... --json` output."""
+    return {"tool": "agentcage", "kind": kind, "schema_version": DOCUMENT_VERSION, **body}
+
+
+def _cages(rows: list[dict[str, Any]], width: int) -> list[Text]:
+    if not rows:
+        return [Text("no cages")]
+    lines = [record([Cell("STATUS", 8), Cell("LIFECYCLE", 10)], "NAME")]
+    lines[0].stylize("bold")
+    for row in rows:
+        style = "green" if row["status"] == "running" else "yellow"
+        cells = [Cell(str(row["status"]), 8, style), Cell(str(row["lifecycle"]), 10)]
+        lines.append(record(cells, str(row["name"])))
+    return lines
+
+
+def cages_lines(rows: list[dict[str, Any]]) -> Lines:
+    return Lines(lambda width: _cages(rows, width))
+
+
+def _secrets(doc: dict[str, Any], width: int) -> list[Text]:
+    lines = [Text(f"backend: {doc['backend']} ({doc['backend_reason']})")]
+    if not doc["secrets"]:
+        return [*lines, Text("no secrets")]
+    lines.append(record([Cell("STORED", 6), Cell("PARTS", 12)], "NAME"))
+    lines[-1].stylize("bold")
+    for e in doc["secrets"]:
+        parts = ",".join(p for p, on in (("headers", e["inject_headers"]),
+                                          ("body", e["inject_body"])) if on)
+        stored = Cell("yes" if e["stored"] else "NO", 6, "green" if e["stored"] else "bold red")
+        lines.append(record([stored, Cell(parts or "-", 12)], e["name"], name_style="bold"))
+        lines += wrapped(f"inject to: {', '.join(e['inject_to']) or '-'}; placeholder:",
+                         width, indent=7)
+        # The placeholder alone on its line, barely indented: it is what a user copies.
+        lines.append(Text("  " + (e["placeholder"] or "-")))
+    return lines
+
+
+def secrets_lines(doc: dict[str, Any]) -> Lines:
+    return Lines(lambda width: _secrets(doc, width))
+
+
+def _expiry(expires_at: float | None) -> str:
+    if expires_at is None:
+        return "never"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(expires_at))
+
+
+def _domains(info: dict[str, Any], width: int) -> list[Text]:
+    lines = [Text(f"mode: {info['mode'] or 'none (deny everything)'}")]
+    if not info["rules"]:
+        return [*lines, Text("no domain rules")]
+    header = [Cell("LIST", 5), Cell("ACTIVE", 6), Cell("SOURCE", 8), Cell("EXPIRES", 19)]
+    lines.append(record(header, "PATTERN"))
+    lines[-1].stylize("bold")
+    for r in info["rules"]:
+        cells = [
+            Cell(r["list"], 5, "green" if r["list"] == "allow" else "red"),
+            Cell("yes" if r["active"] else "no", 6),
+            Cell(r["source"] or "-", 8),
+            Cell(_expiry(r["expires_at"]), 19),
+        ]
+        lines.append(record(cells, r["pattern"]))
+    return lines
+
+
+def domains_lines(info: dict[str, Any]) -> Lines:
+    return Lines(lambda width: _domains(info, width))
+
+
+def doctor_document(results: list[Any]) -> dict[str, Any]:
+    return document(
+        "doctor",
+        ok=all(c.ok for c in results),
+        checks=[{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix or None}
+                for c in results],
+    )

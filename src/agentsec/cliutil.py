@@ -1,0 +1,96 @@
+"""What every agentsec command shares: consoles, the gate exception, loading saved reports,
+printing a JSON document, and shell-completion sources."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from click.shell_completion import CompletionItem
+from rich.console import Console
+
+from agentsec import gate
+from agentsec.errors import ReportError
+from agentsec.report import TEST_BLAST_RADIUS
+from agentsec.untrusted import clean_report
+
+AGENTCAGE_LS_TIMEOUT_S = 3
+
+
+class GateFailed(Exception):
+    """A CI gate tripped: exit 2 after the report has been written."""
+
+
+def console(stderr: bool = False) -> Console:
+    # soft_wrap: rich never crops or re-wraps a line; the renderers lay lines out for the width
+    # themselves and let a long name run on whole (see render/lines.py).
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+
+
+def load_reports(paths: tuple[Path, ...] | list[Path]) -> list[dict[str, Any]]:
+    """Blast-radius reports from files, and from directories (whose other JSON files, such as
+    matrix tables, are passed over), each cleaned: a report file may come from anywhere. A named
+    file that is not a report is an error."""
+    reports: list[dict[str, Any]] = []
+    for path in paths:
+        if not path.is_dir():
+            reports.append(clean_report(gate.load_report(path)))
+            continue
+        for member in sorted(path.glob("*.json")):
+            try:
+                kind = json.loads(member.read_text(encoding="utf-8")).get("test")
+            except (OSError, ValueError, AttributeError):
+                kind = None  # unreadable: load_report below says why, in one line
+            if kind in (None, TEST_BLAST_RADIUS):
+                reports.append(clean_report(gate.load_report(member)))
+    if not reports:
+        raise ReportError("no reports found in what was given")
+    return reports
+
+
+# ---- shell completion: cheap, and silent on any failure (a completion must never crash a shell)
+
+
+def complete_presets(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem]:
+    from agentsec.launchers import load_presets
+
+    try:
+        presets = load_presets()
+    except Exception:  # a broken install completes nothing rather than printing a traceback
+        return []
+    head, _, last = incomplete.rpartition(",")
+    prefix = f"{head}," if head else ""
+    return [
+        CompletionItem(prefix + name, help=preset.engine)
+        for name, preset in presets.items()
+        if name.startswith(last)
+    ]
+
+
+def cage_names() -> list[str]:
+    """Cage names from `agentcage ls --json` (agentsec never imports agentcage)."""
+    binary = shutil.which("agentcage") or str(Path(sys.executable).parent / "agentcage")
+    try:
+        proc = subprocess.run(
+            [binary, "ls", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=AGENTCAGE_LS_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+        doc = json.loads(proc.stdout)
+        return [str(c["name"]) for c in doc.get("cages", [])]
+    except (OSError, ValueError, KeyError, TypeError, subprocess.SubprocessError):
+        return []
+
+
+def complete_cages(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem]:
+    return [CompletionItem(name) for name in cage_names() if name.startswith(incomplete)]

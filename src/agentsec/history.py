@@ -1,0 +1,242 @@
+"""Every run, recorded in an embedded SQLite database next to the reports.
+
+``agentsec history`` reads it back (score and axis states over time), the console plots it, and a
+run that is worse than the previous run of the same label is a regression, found with the same
+comparison as ``--baseline`` (new finding, higher severity, wider evidence, an axis lost to "not
+measured") or a higher score, and usable as a CI gate.
+
+Writes are one transaction each, so a crash or a full disk leaves the previous runs intact; a
+file that is not our database is refused and left untouched, never "repaired".
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentsec import gate
+from agentsec.errors import AgentsecError
+
+DB_NAME = "history.sqlite"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 10
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    label         TEXT NOT NULL,
+    generated_at  TEXT NOT NULL,
+    recorded_at   TEXT NOT NULL,
+    score         INTEGER NOT NULL,
+    raw_score     INTEGER NOT NULL,
+    lower_bound   INTEGER NOT NULL,
+    probe_version TEXT NOT NULL,
+    axes          TEXT NOT NULL,
+    findings      TEXT NOT NULL,
+    report        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_label ON runs (label, id);
+"""
+
+
+class HistoryError(AgentsecError):
+    """The history database cannot be opened, read or written."""
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    label: str
+    generated_at: str
+    score: int
+    raw_score: int
+    lower_bound: bool
+    probe_version: str
+    axes: dict[str, str]
+    findings: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "label": self.label,
+            "generated_at": self.generated_at,
+            "score": self.score,
+            "raw_score": self.raw_score,
+            "score_is_lower_bound": self.lower_bound,
+            "probe_version": self.probe_version,
+            "axes": self.axes,
+            "findings": self.findings,
+        }
+
+
+@dataclass(frozen=True)
+class Regression:
+    """How a run compares with the previous run of its label (``previous`` None: the first)."""
+
+    previous: Run | None
+    reasons: tuple[str, ...]
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.reasons)
+
+
+def regression_between(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, ...]:
+    """Why ``new`` is worse than ``old``: the baseline comparison, plus a higher score."""
+    result = gate.compare(old, new)
+    reasons = [f"cannot compare: {p}" for p in result.incompatible]
+    for group in (result.new, result.worse, result.widened, result.unmeasured):
+        reasons += [f"{c.finding_id}: {c.what}" for c in group]
+    before, after = old["summary"]["score"], new["summary"]["score"]
+    if after > before:
+        reasons.insert(0, f"score rose from {before} to {after}")
+    return tuple(reasons)
+
+
+class History:
+    """One database file. Each call opens and closes its own connection, so the object holds no
+    open handle and can be shared by the console's threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextmanager
+    def _connect(self, create: bool) -> Iterator[sqlite3.Connection]:
+        if not create and not self.path.exists():
+            raise HistoryError(f"no history at {self.path}: no run has been recorded there yet")
+        try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+        except (OSError, sqlite3.Error) as exc:
+            raise HistoryError(f"cannot open the history {self.path}: {exc}") from exc
+        try:
+            self._check_schema(conn, create)
+            with conn:  # one transaction: committed whole or rolled back
+                yield conn
+        except sqlite3.DatabaseError as exc:
+            raise HistoryError(
+                f"{self.path} is not a readable agentsec history ({exc}); it was left as it is"
+            ) from exc
+        finally:
+            conn.close()
+
+    def _check_schema(self, conn: sqlite3.Connection, create: bool) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if version == 0 and not tables - {"sqlite_sequence"}:
+            if create:
+                with conn:
+                    conn.executescript(_SCHEMA)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return
+        if version != SCHEMA_VERSION or "runs" not in tables:
+            raise HistoryError(
+                f"{self.path} is not an agentsec history of schema {SCHEMA_VERSION} "
+                f"(user_version {version}); it was left as it is"
+            )
+
+    def record(self, report: dict[str, Any]) -> Regression:
+        """Store one run; return how it compares with the previous run of the same label."""
+        summary = report["summary"]
+        with self._connect(create=True) as conn:
+            row = conn.execute(
+                "SELECT report, id FROM runs WHERE label = ? ORDER BY id DESC LIMIT 1",
+                (report["label"],),
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO runs (label, generated_at, recorded_at, score, raw_score, "
+                "lower_bound, probe_version, axes, findings, report) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    report["label"],
+                    report["generated_at"],
+                    datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    summary["score"],
+                    summary["raw_score"],
+                    int(bool(summary.get("score_is_lower_bound"))),
+                    str(report["probe"]["version"]),
+                    json.dumps({k: a["state"] for k, a in summary["axes"].items()}),
+                    json.dumps([f["id"] for f in summary["findings"]]),
+                    json.dumps(report),
+                ),
+            )
+        if row is None:
+            return Regression(previous=None, reasons=())
+        previous_report = _report_from(row[0], row[1])
+        previous = self.runs(report["label"], limit=2)
+        before = previous[-2] if len(previous) >= 2 else None
+        return Regression(before, regression_between(previous_report, report))
+
+    def runs(self, label: str | None = None, limit: int = 200) -> list[Run]:
+        """Runs oldest first (the last ``limit`` of them), of one label or of all."""
+        query = (
+            "SELECT id, label, generated_at, score, raw_score, lower_bound, probe_version, "
+            "axes, findings FROM runs"
+        )
+        args: tuple[Any, ...] = ()
+        if label is not None:
+            query += " WHERE label = ?"
+            args = (label,)
+        query += " ORDER BY id DESC LIMIT ?"
+        with self._connect(create=False) as conn:
+            rows = conn.execute(query, (*args, limit)).fetchall()
+        return [_run_from(row) for row in reversed(rows)]
+
+    def labels(self) -> list[str]:
+        with self._connect(create=False) as conn:
+            return [r[0] for r in conn.execute("SELECT DISTINCT label FROM runs ORDER BY label")]
+
+    def report(self, run_id: int) -> dict[str, Any]:
+        with self._connect(create=False) as conn:
+            row = conn.execute("SELECT report FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise HistoryError(f"no run {run_id} in {self.path}")
+        return _report_from(row[0], run_id)
+
+    def latest_regression(self, label: str) -> Regression:
+        """The newest run of ``label`` against the one before it."""
+        with self._connect(create=False) as conn:
+            rows = conn.execute(
+                "SELECT report FROM runs WHERE label = ? ORDER BY id DESC LIMIT 2", (label,)
+            ).fetchall()
+        if not rows:
+            raise HistoryError(f"no run labelled {label!r} in {self.path}")
+        if len(rows) == 1:
+            return Regression(previous=None, reasons=())
+        newest, older = _report_from(rows[0][0], label), _report_from(rows[1][0], label)
+        runs = self.runs(label, limit=2)
+        return Regression(runs[0], regression_between(older, newest))
+
+
+def _report_from(text: str, which: object) -> dict[str, Any]:
+    try:
+        report = json.loads(text)
+    except ValueError as exc:
+        raise HistoryError(f"a stored report ({which}) in the history is damaged: {exc}") from exc
+    if not isinstance(report, dict) or not isinstance(report.get("summary"), dict):
+        raise HistoryError(f"a stored report ({which}) in the history is damaged")
+    return report
+
+
+def _run_from(row: tuple[Any, ...]) -> Run:
+    try:
+        axes, findings = json.loads(row[7]), json.loads(row[8])
+    except ValueError as exc:
+        raise HistoryError(f"run {row[0]} in the history is damaged: {exc}") from exc
+    return Run(
+        id=row[0],
+        label=row[1],
+        generated_at=row[2],
+        score=row[3],
+        raw_score=row[4],
+        lower_bound=bool(row[5]),
+        probe_version=row[6],
+        axes=axes,
+        findings=findings,
+    )
