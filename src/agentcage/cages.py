@@ -97,6 +97,8 @@ class CageService:
         self._write_state(cage, config, proj, volumes, keep_entries=grants)
         if needs_restart:
             self._start(cage, config)
+        elif running:
+            self._await_policy(cage)
         return {"changed": changed, "restarted": needs_restart,
                 "live": running and not needs_restart and "domains" in changed}
 
@@ -224,6 +226,33 @@ class CageService:
     def _policy_doc(self, cage: CageDir) -> dict[str, Any]:
         return read_json(cage.policy)
 
+    def _publish_policy(self, cage: CageDir, doc: dict[str, Any]) -> None:
+        write_json(cage.policy, doc)
+        self._await_policy(cage)
+
+    def _await_policy(self, cage: CageDir, timeout: float = 5.0) -> None:
+        """Return once a running gateway has the domains.json now on disk in force (it checks
+        the file four times a second and acknowledges each load), so a command that changed
+        the domains never returns before the change applies."""
+        if self.backend.runtime(cage).get("status") != "running":
+            return
+        st = os.stat(cage.policy)
+        stamp = [st.st_mtime_ns, st.st_size, st.st_ino]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ack = json.loads(cage.policy_ack.read_text())
+            except (OSError, ValueError):
+                ack = {}
+            if ack.get("stamp") == stamp:
+                if not ack.get("ok"):
+                    raise StateError(f"the gateway of cage {cage.name} refused the domain list "
+                                     f"({ack.get('error')}); it blocks everything until fixed")
+                return
+            time.sleep(0.02)
+        raise StateError(f"the gateway of cage {cage.name} did not confirm the new domain list "
+                         f"within {timeout:g} s; see `agentcage ls` and its gateway.log")
+
     def domain_list(self, name: str) -> dict[str, Any]:
         doc = self._policy_doc(self._existing(name))
         return {"mode": doc.get("mode"), "rules": policyfile.describe(doc)}
@@ -243,7 +272,7 @@ class CageService:
             except DomainPatternError as e:
                 raise ConfigError(f"domain {domain!r}: {e}") from None
         policyfile.compile_document(doc)  # never write what the gateway would refuse
-        write_json(cage.policy, doc)
+        self._publish_policy(cage, doc)
 
     def domain_rm(self, name: str, domain: str) -> bool:
         cage = self._existing(name)
@@ -252,7 +281,7 @@ class CageService:
         except DomainPatternError as e:
             raise ConfigError(f"domain {domain!r}: {e}") from None
         if found:
-            write_json(cage.policy, doc)
+            self._publish_policy(cage, doc)
         return found
 
     # ---- secrets --------------------------------------------------------------------------

@@ -91,6 +91,7 @@ class CageDir:
     config = property(lambda self: self.root / "cage.yaml")
     runtime = property(lambda self: self.root / "runtime.json")
     policy = property(lambda self: self.root / "domains.json")
+    policy_ack = property(lambda self: self.root / "gateway.policy.json")
     gateway_settings = property(lambda self: self.root / "gateway.json")
     gateway_log = property(lambda self: self.root / "gateway.log")
     gateway_ready = property(lambda self: self.root / "gateway.ready")

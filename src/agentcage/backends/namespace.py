@@ -227,6 +227,7 @@ class NamespaceBackend:
             uplink_netns=f"/run/netns/{plan.uplink_ns}" if plan.uplink_ns else "",
             dns_servers=dns_servers,
             policy_path=str(cage.policy),
+            policy_ack_path=str(cage.policy_ack),
             audit_path=str(cage.audit),
             ready_path=str(cage.gateway_ready),
             confdir=str(cage.ca_dir),

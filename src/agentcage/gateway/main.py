@@ -162,7 +162,8 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
 async def serve(settings: GatewaySettings, uplink: Uplink,
                 timings: dict[str, float] | None = None) -> int:
     audit_log = AuditLog(Path(settings.audit_path))
-    holder = PolicyHolder(Path(settings.policy_path), audit_log.write)
+    holder = PolicyHolder(Path(settings.policy_path), audit_log.write,
+                          Path(settings.policy_ack_path) if settings.policy_ack_path else None)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
     capture_config = CaptureConfig.from_settings(settings.capture)

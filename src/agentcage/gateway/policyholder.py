@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,9 +20,11 @@ class PolicyHolder:
     the last good one), and says so in the audit log, until a valid file appears.
     """
 
-    def __init__(self, path: Path, audit: Callable[[AuditRecord], None]):
+    def __init__(self, path: Path, audit: Callable[[AuditRecord], None],
+                 ack_path: Path | None = None):
         self.path = Path(path)
         self._audit = audit
+        self._ack_path = ack_path
         self._stamp: tuple[int, int, int] | None = None
         self._loaded = False
         self.current: Policy = Policy.deny_all("policy not loaded yet")
@@ -46,10 +50,27 @@ class PolicyHolder:
             self._audit(
                 AuditRecord("config", "blocked", self.current.deny_reason or "", by="policy")
             )
+            self._acknowledge(stamp, self.current.deny_reason)
             return True
         loaded = f"policy loaded ({self.path.name})"
         self._audit(AuditRecord("config", "allowed", loaded, by="policy"))
+        self._acknowledge(stamp, None)
         return True
+
+    def _acknowledge(self, stamp: tuple[int, int, int] | None, error: str | None) -> None:
+        """Tell the CLI which version of the file is in force, so `domain add` returns only
+        once it is (a policy, never a secret)."""
+        if self._ack_path is None:
+            return
+        from agentcage.state import atomic_write
+
+        doc = {"stamp": list(stamp) if stamp else None, "ok": error is None, "error": error,
+               "ts": time.time()}
+        try:
+            atomic_write(self._ack_path, json.dumps(doc))
+        except OSError as e:  # the policy is in force either way; the CLI will say it waited
+            self._audit(AuditRecord("config", "flagged", f"cannot write {self._ack_path}: {e}",
+                                    by="policy"))
 
     async def watch(self, interval: float = 0.25) -> None:
         while True:

@@ -41,6 +41,7 @@ class GatewaySettings:
     # Secrets and inspectors (issue 5). `secrets_path`: the staged secrets (tmpfs, 0600), read at
     # start and again on SIGHUP; "" = this gateway has none. `reload_ack_path`: written after
     # every (re)load with the outcome, so the CLI knows a rotation is in force.
+    policy_ack_path: str = ""  # written after every policy (re)load: which file is in force
     secrets_path: str = ""
     reload_ack_path: str = ""
     secret_injection: tuple[dict, ...] = ()  # cage.yaml secret_injection entries
