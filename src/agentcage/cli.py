@@ -65,30 +65,10 @@ def init(name: str, scaffold: str, output: Path, force: bool) -> None:
     out.print(f"wrote {output} (scaffold {scaffold}); next: agentcage cage create -c {output}")
 
 
-def _apply_overrides(config, *, name, uplink, dns, trust, upstream_ca, allow,
-                     lifecycle="ephemeral"):
-    import yaml
+def _apply_overrides(config, **overrides):
+    from agentcage.config.load import apply_overrides
 
-    from agentcage.config.load import dump_config, load_config_text
-
-    data = yaml.safe_load(dump_config(config))
-    if name:
-        data["name"] = name
-    if uplink:
-        data["gateway"]["uplink"] = uplink
-    if dns:
-        data["dns_servers"] = list(dns)
-    if trust:
-        data["gateway"]["trusted_networks"] = [*data["gateway"]["trusted_networks"], *trust]
-    if upstream_ca:
-        data["gateway"]["upstream_ca_files"] = [*data["gateway"]["upstream_ca_files"],
-                                                *(str(Path(p).resolve()) for p in upstream_ca)]
-    if allow:
-        data["domains"]["mode"] = data["domains"].get("mode") or "allowlist"
-        data["domains"]["allow"] = [*data["domains"].get("allow", []), *allow]
-    if lifecycle:
-        data["lifecycle"] = lifecycle
-    return load_config_text(yaml.safe_dump(data), source="command-line options")
+    return apply_overrides(config, **overrides)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -126,7 +106,7 @@ def run(scaffold, command, project, config_path, name, uplink, dns, trust, upstr
         else:
             config = scaffold_config(scaffold, cage_name)
         return _apply_overrides(config, name=cage_name, uplink=uplink, dns=dns, trust=trust,
-                                upstream_ca=upstream_ca, allow=allow)
+                                upstream_ca=upstream_ca, allow=allow, lifecycle="ephemeral")
 
     rc = _service().run_ephemeral(cage_name, make_config, base, project,
                                   _command(command) or None, interactive=sys.stdin.isatty())
@@ -156,8 +136,7 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
 
     config = load_config(config_path)
     if upstream_ca or trust:
-        config = _apply_overrides(config, name=None, uplink=None, dns=(), trust=trust,
-                                  upstream_ca=upstream_ca, allow=(), lifecycle=None)
+        config = _apply_overrides(config, trust=trust, upstream_ca=upstream_ca)
     _service().create(config, config_path.resolve().parent, project, start=not no_start)
     out.print(f"cage {config.name} {'created' if no_start else 'running'}")
 
@@ -180,8 +159,7 @@ def cage_update(name: str, config_path: Path, project: Path | None,
 
     config = load_config(config_path)
     if upstream_ca or trust:
-        config = _apply_overrides(config, name=None, uplink=None, dns=(), trust=trust,
-                                  upstream_ca=upstream_ca, allow=(), lifecycle=None)
+        config = _apply_overrides(config, trust=trust, upstream_ca=upstream_ca)
     result = _service().update(name, config, config_path.resolve().parent, project)
     if not result["changed"]:
         out.print(f"cage {name}: no change")
@@ -597,6 +575,9 @@ def demo(out_dir: Path) -> None:
     result = run_demo(out_dir, lambda line: out.print(line, markup=False))
     out.print(scores_table([result.verified.report], title="the cage, measured from inside"))
     out.print(f"report: {result.verified.json_path}", markup=False)
+    escaped = [o.agent for o in result.agents if not o.contained]
+    if escaped:
+        raise AgentcageError(f"not contained: {', '.join(escaped)} (see the lines above)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

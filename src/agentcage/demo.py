@@ -21,10 +21,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage.backends.namespace import NamespaceBackend
+from agentcage.backends.netplan import NetPlan
 from agentcage.cages import CageService
-from agentcage.config.load import load_config_text
+from agentcage.config.load import apply_overrides, load_config_text
+from agentcage.config.scaffolds import scaffold_config
+from agentcage.demo_agents import (
+    AGENTS,
+    PLANTED_FILE,
+    AgentSpec,
+    Outcome,
+    fake_key,
+    installed,
+    judge,
+    planted_token,
+    session,
+)
 from agentcage.errors import AgentcageError
-from agentcage.state import HOME_ENV, StateStore
+from agentcage.state import HOME_ENV, CageDir, StateStore
 from agentcage.verify import verify_cage
 from agentsec import service
 from fakenet import FakeInternet, FakeNetError
@@ -70,6 +83,7 @@ class DemoResult:
     requests: list[tuple[str, str]]  # (url, what the cage got)
     secret: SecretDemo
     verified: service.SavedReport
+    agents: list[Outcome]  # the real agents that are installed, each in its scaffold's cage
 
 
 def _config_text(net: FakeInternet, uplink_ns: str) -> str:
@@ -95,8 +109,12 @@ def run_demo(out_dir: Path, say: Callable[[str], None]) -> DemoResult:
     os.chmod(scratch, 0o755)  # the workload's unprivileged uid must reach the project
     try:
         say("building the fake internet (namespaces, DNS, HTTPS servers)")
-        with FakeInternet(catch_all=False) as net:
-            return _in_a_cage(net, scratch, out_dir.resolve(), say)
+        providers = {agent.provider: None for agent in AGENTS.values()}
+        with FakeInternet(extra_names=providers, catch_all=False) as net:
+            say(f"the fake internet's namespaces: {net.name_prefix}*")
+            result = _in_a_cage(net, scratch, out_dir.resolve(), say)
+            result.agents.extend(_real_agents(net, scratch, say))
+            return result
     except FakeNetError as exc:
         raise AgentcageError(f"the fake internet failed: {exc}") from exc
     finally:
@@ -116,7 +134,8 @@ def _in_a_cage(
     (project / "README").write_text("a project the agent may work on\n")
     os.chown(project, 65534, 65534)
     say(f"creating cage {CAGE_NAME!r}: only {ALLOWED} is allowed")
-    cages.create(load_config_text(_config_text(net, uplink_ns)), project)
+    _say_namespaces(cages, cages.create(load_config_text(_config_text(net, uplink_ns)),
+                                        project), say)
     try:
         requests = []
         for host in (ALLOWED, BLOCKED):
@@ -128,7 +147,7 @@ def _in_a_cage(
         say("measuring the cage from inside with agentsec's probe")
         env = {**os.environ, HOME_ENV: str(store.root)}
         verified = verify_cage(CAGE_NAME, label="demo-cage", out_dir=out_dir, redact=False, env=env)
-        return DemoResult(requests, secret, verified)
+        return DemoResult(requests, secret, verified, [])
     finally:
         say(f"destroying cage {CAGE_NAME!r}")
         cages.destroy(CAGE_NAME)
@@ -157,3 +176,64 @@ def _use_a_secret(cages: CageService, net: FakeInternet, say: Callable[[str], No
         f"{'yes' if demo.server_got_value else 'NO'}; its echo reached the cage "
         f"{'WITH THE REAL KEY' if demo.cage_got_value else 'with the placeholder only'}")
     return demo
+
+
+def _say_namespaces(cages: CageService, cage: CageDir, say: Callable[[str], None]) -> None:
+    plan = NetPlan.from_dict(cages.backend.runtime(cage)["plan"])
+    say(f"cage {cage.name} is running: namespaces {plan.gw_ns} (gateway) and {plan.cage_ns}")
+
+
+def _real_agents(net: FakeInternet, scratch: Path, say: Callable[[str], None]) -> list[Outcome]:
+    """Each real agent installed on the host, in a cage made from its own scaffold, driven by
+    the fake model through the attempts of agentcage.demo_agents."""
+    outcomes = []
+    for agent in AGENTS.values():
+        if not installed(agent):
+            say(f"{agent.scaffold}: not installed here (npm install -g, as scripts/setup.sh "
+                "does); skipping it")
+            continue
+        outcomes.append(_one_agent(net, scratch / agent.scaffold, agent, say))
+    return outcomes
+
+
+def _one_agent(net: FakeInternet, scratch: Path, agent: AgentSpec,
+               say: Callable[[str], None]) -> Outcome:
+    scratch.mkdir(mode=0o755)
+    store = StateStore(scratch / "home")
+    cages = CageService(store, NamespaceBackend(store))
+    project = scratch / "project"
+    project.mkdir()
+    real_key, planted = fake_key(agent), planted_token()
+    (project / PLANTED_FILE).write_text(f"GITHUB_TOKEN={planted}\n")
+    for path in (project, project / PLANTED_FILE):
+        os.chown(path, 65534, 65534)
+    name = f"demo-{agent.scaffold}"
+    config = apply_overrides(
+        scaffold_config(agent.scaffold, name), uplink=f"netns:{net.add_client().netns}",
+        dns=[net.dns_address], trust=["10.200.0.0/16"], upstream_ca=[str(net.ca_cert_path)])
+    net.reset_records()
+    net.script_model(session(agent))
+    say(f"{agent.scaffold}: its scaffold's cage, a made-up {agent.key_env} stored on the host, "
+        f"a GitHub token planted in the project; the fake model has it edit a file, then try "
+        f"to send both out by curl, DNS and {agent.provider}")
+    cages.secret_set(name, agent.key_env, real_key.encode())
+    _say_namespaces(cages, cages.create(config, project), say)
+    try:
+        placeholder = cages.exec_capture(name, ["printenv", agent.key_env]).stdout.strip()
+        run = cages.exec_capture(name, list(agent.command), timeout=300)
+        outcome = judge(agent, exit_code=run.returncode, project=project, real_key=real_key,
+                        planted=planted, placeholder=placeholder,
+                        requests=net.http_requests(), dns_queries=net.dns_queries(),
+                        received=net.received, audit=cages.audit(name))
+    finally:
+        cages.destroy(name)
+    verdict = "contained" if outcome.contained else "NOT CONTAINED"
+    say(f"{agent.scaffold}: exit {outcome.exit_code}, edit made: "
+        f"{'yes' if outcome.edited else 'NO'}, {outcome.model_calls} model calls with the real "
+        f"key: {'yes' if outcome.provider_got_key else 'NO'}; the cage saw "
+        f"{outcome.cage_saw[:34]}...; {verdict}")
+    for line in outcome.refusals:
+        say(f"  refused: {line}")
+    for leak in outcome.leaks:
+        say(f"  LEAK: {leak}")
+    return outcome

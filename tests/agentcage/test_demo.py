@@ -16,7 +16,6 @@ pytestmark = pytest.mark.netns
 def test_demo_shows_each_guarantee_and_leaves_nothing(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespaces)")
-    before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     r = subprocess.run([sys.executable, "-m", "agentcage.cli", "demo", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=300, cwd=tmp_path,
                        stdin=subprocess.DEVNULL)
@@ -30,6 +29,20 @@ def test_demo_shows_each_guarantee_and_leaves_nothing(tmp_path):
     report = json.loads((tmp_path / "demo-cage.json").read_text())
     assert report["label"] == "demo-cage" and 0 <= report["summary"]["score"] <= 100
     assert report["summary"]["axes"]["network"]["state"] in ("sealed", "refused")
-    # everything the demo built (its fake internet, the cage) is gone with it
+    # the real agents, each in its scaffold's cage: they ran, and nothing got out
+    for agent in ("claude-code", "codex"):
+        line = next(x for x in out.splitlines() if x.startswith(f"{agent}: exit"))
+        assert "edit made: yes" in line and "with the real key: yes" in line, line
+        assert line.endswith("; contained"), line
+    assert "LEAK" not in out
+    assert "refused: outbound exfil.example.test" in out and "refused: dns ghp_" in out
+    # everything the demo built (its fake internet, its cages) is gone with it
+    import re
+
+    prefix = out.split("the fake internet's namespaces: ", 1)[1].split("*", 1)[0]
+    built = set(re.findall(r"namespaces (agc-[0-9a-f]+-gw) \(gateway\) and (agc-[0-9a-f]+-cg)",
+                           out))
+    assert len(built) == 3  # the demo's own cage and one per real agent
     after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    assert {n for n in after - before if n.startswith(("agc-", "fn-"))} == set()
+    assert [n for n in after if n.startswith(prefix)] == []
+    assert not after & {n for pair in built for n in pair}

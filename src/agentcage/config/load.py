@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +149,30 @@ def load_config(path: str | Path) -> CageConfig:
 def dump_config(config: CageConfig) -> str:
     """The config as YAML (defaults included), for the state directory."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def apply_overrides(config: CageConfig, *, name: str | None = None, uplink: str | None = None,
+                    dns: Sequence[str] = (), trust: Sequence[str] = (),
+                    upstream_ca: Sequence[str] = (), allow: Sequence[str] = (),
+                    lifecycle: str | None = None) -> CageConfig:
+    """`config` with command-line choices applied on top (validated again as a whole): a name,
+    an uplink, DNS servers (replacing), trusted networks, upstream CA files and allowed domains
+    (added), a lifecycle."""
+    data = yaml.safe_load(dump_config(config))
+    if name:
+        data["name"] = name
+    if uplink:
+        data["gateway"]["uplink"] = uplink
+    if dns:
+        data["dns_servers"] = list(dns)
+    if trust:
+        data["gateway"]["trusted_networks"] = [*data["gateway"]["trusted_networks"], *trust]
+    if upstream_ca:
+        data["gateway"]["upstream_ca_files"] = [*data["gateway"]["upstream_ca_files"],
+                                                *(str(Path(p).resolve()) for p in upstream_ca)]
+    if allow:
+        data["domains"]["mode"] = data["domains"].get("mode") or "allowlist"
+        data["domains"]["allow"] = [*data["domains"].get("allow", []), *allow]
+    if lifecycle:
+        data["lifecycle"] = lifecycle
+    return load_config_text(yaml.safe_dump(data), source="command-line options")
