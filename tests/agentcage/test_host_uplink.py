@@ -22,6 +22,9 @@ import pytest
 from tests.agentcage.conftest import make_project, needs_root
 from tests.agentcage.hosted import OnHost
 
+# The named network namespaces mounted on the fake host: its own mount table (the file names in
+# /run/netns are shared with the real host, where other runs come and go).
+NAMESPACES_MOUNTED = "findmnt -rn -t nsfs -o TARGET | sort"
 CURL = "curl -sS -m 10 -o /dev/null -w '%{http_code}'"
 
 
@@ -180,21 +183,21 @@ def test_a_host_without_resolvers_is_refused_before_anything_is_built(world, hom
     with FakeHost(world, nameservers=()) as host:
         cli = OnHost(host, home)
         project = make_project(home / "work")
-        before = cli.sh("ip netns list").stdout
+        before = cli.sh(NAMESPACES_MOUNTED).stdout
         assert cli("init", "nodns", "-o", "nodns.yaml").returncode == 0
         r = cli("cage", "create", "-c", "nodns.yaml", "--project", str(project))
         assert r.returncode == 1 and "no DNS server" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
-        assert cli.sh("ip netns list").stdout == before  # nothing was built
+        assert cli.sh(NAMESPACES_MOUNTED).stdout == before  # nothing was built
         assert not (home / "state" / "cages" / "nodns").exists()
 
 
 @pytest.mark.netns
 def test_ephemeral_run_on_the_host_uplink(on_host, world):
     project = make_project(on_host.home / "work")
-    before = on_host.sh("ip netns list").stdout
+    before = on_host.sh(NAMESPACES_MOUNTED).stdout
     r = on_host("run", "minimal", "--project", str(project), "--trust-network", "10.200.0.0/16",
                 "--upstream-ca", str(world.ca_cert_path), "--allow", "allowed.example.test",
                 "--", "sh", "-c", f"{CURL} https://allowed.example.test/")
     assert (r.returncode, r.stdout) == (0, "200"), r.stderr
-    assert on_host.sh("ip netns list").stdout == before
+    assert on_host.sh(NAMESPACES_MOUNTED).stdout == before
