@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from agentcage import policy as policyfile
 from agentcage.backends.namespace import NamespaceBackend
-from agentcage.backends.profile import choose_host_user, make_meta, resolve_volumes
+from agentcage.backends.profile import (
+    check_access,
+    choose_host_user,
+    make_meta,
+    resolve_volumes,
+)
 from agentcage.domains import DomainPatternError, parse_duration
 from agentcage.errors import AgentcageError, ConfigError, StateError
 from agentcage.gateway.audit import read_audit
@@ -89,11 +94,16 @@ class CageService:
                          if getattr(config, k) != getattr(old, k))
         if project is not None and str(proj) != meta.project:
             changed.append("project")
+        uid, gid, how = choose_host_user(config, proj)
+        check_access(uid, gid, volumes, how)  # before anything stops
         running = self.backend.runtime(cage).get("status") == "running"
         needs_restart = running and any(k != "domains" for k in changed)
         if needs_restart:
             self.backend.stop(cage)
-        grants = policyfile.runtime_entries(self._policy_doc(cage))
+        try:
+            grants = policyfile.runtime_entries(self._policy_doc(cage))
+        except StateError:  # a damaged domains.json: the new configuration replaces it
+            grants = {}
         self._write_state(cage, config, proj, volumes, keep_entries=grants)
         if needs_restart:
             self._start(cage, config)
@@ -107,7 +117,8 @@ class CageService:
                      keep_entries: dict[str, list[dict]] | None = None) -> None:
         from agentcage.config.load import dump_config
 
-        host_uid, host_gid = choose_host_user(config, project)
+        host_uid, host_gid, how = choose_host_user(config, project)
+        check_access(host_uid, host_gid, volumes, how)
         d = config.domains
         doc = policyfile.document_from_domains(d.mode, d.allow, d.block)
         if keep_entries:
@@ -198,12 +209,17 @@ class CageService:
     def prune(self) -> list[str]:
         """Remove what nobody can use any more: cages whose gateway died, ephemeral cages whose
         `run` process is gone, and starts abandoned halfway. Live sessions are left alone."""
+        from agentcage.backends import orphans
+
         removed = []
         for row in self.ls():
             cage = self.store.cage(row["name"])
             if row["status"] == "broken" or self._abandoned(cage, row):
                 self.destroy(row["name"])
                 removed.append(row["name"])
+        # and what no state records any more (a dead gateway and a damaged runtime.json)
+        removed += [f"orphaned namespaces agc-{s}-*" if not s.startswith("cgroup ") else s
+                    for s in orphans.sweep()]
         return removed
 
     @staticmethod
@@ -224,7 +240,16 @@ class CageService:
     # ---- domains --------------------------------------------------------------------------
 
     def _policy_doc(self, cage: CageDir) -> dict[str, Any]:
-        return read_json(cage.policy)
+        """domains.json, checked as the gateway checks it (a damaged one is refused here too,
+        with the fix, rather than half-read)."""
+        doc = read_json(cage.policy, dict)
+        try:
+            policyfile.compile_document(doc)
+        except policyfile.PolicyFileError as e:
+            raise StateError(f"{cage.policy} is invalid ({e}); the gateway blocks everything "
+                             f"until it is fixed: `agentcage cage update {cage.name} -c "
+                             "cage.yaml` rewrites it") from None
+        return doc
 
     def _publish_policy(self, cage: CageDir, doc: dict[str, Any]) -> None:
         write_json(cage.policy, doc)

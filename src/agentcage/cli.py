@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from agentcage import __version__
 from agentcage.completion import complete_cages, complete_scaffolds
@@ -61,7 +63,11 @@ def init(name: str, scaffold: str, output: Path, force: bool) -> None:
     text = scaffold_text(scaffold, name)
     if output.exists() and not force:
         raise ConfigError(f"{output} exists; use --force to overwrite or -o to choose another file")
-    output.write_text(text)
+    try:
+        output.write_text(text)
+    except OSError as e:
+        raise ConfigError(f"cannot write {output}: {e.strerror}; choose another path with -o") \
+            from None
     out.print(f"wrote {output} (scaffold {scaffold}); next: agentcage cage create -c {output}")
 
 
@@ -521,10 +527,10 @@ def doctor(as_json: bool) -> None:
             sys.exit(EXIT_ERROR)
         return
     for c in results:
-        mark = "[green]ok[/green]  " if c.ok else "[red]FAIL[/red]"
-        line = f"{mark} {c.name}: {c.detail}"
-        if not c.ok and c.fix:
-            line += f"  → fix: {c.fix}"
+        line = Text("ok    " if c.ok else "FAIL  ", style="green" if c.ok else "red")
+        line.append(f"{c.name}: {c.detail}")  # plain text: a fix like agentcage[gateway]
+        if not c.ok and c.fix:  # is not markup
+            line.append(f"  → fix: {c.fix}")
         out.print(line)
     if not all(c.ok for c in results):
         sys.exit(EXIT_ERROR)
@@ -603,6 +609,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_ERROR)
+    except OSError as e:  # the machine said no (a full disk, a read-only or missing path)
+        where = f" ({e.filename})" if e.filename else ""
+        err.print(f"error: {e.strerror or e}{where}", markup=False)
+        return EXIT_ERROR
+    except Exception as bug:  # a defect in agentcage itself: still one line, unless debugging
+        if os.environ.get("AGENTCAGE_DEBUG") == "1":
+            raise
+        text = " ".join(str(bug).split())[:300]
+        err.print(f"error: internal error: {type(bug).__name__}: {text} (set AGENTCAGE_DEBUG=1 "
+                  "for the traceback, and please report it)", markup=False)
+        return EXIT_ERROR
     return EXIT_OK
 
 

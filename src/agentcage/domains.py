@@ -187,9 +187,16 @@ class DomainMatcher:
         return None
 
 
+MAX_DURATION = 366 * 24 * 3600  # a runtime grant is temporary
+
+
 def parse_duration(text: str) -> int:
     """Seconds in a duration like `90s`, `30m`, `2h`, `1d`, `1w`."""
     m = _DURATION.match(str(text).strip().lower())
-    if not m or int(m.group(1)) <= 0:
+    if not m or len(m.group(1)) > 9 or int(m.group(1)) <= 0:
         raise ValueError(f"invalid duration {text!r}; write a number and a unit, e.g. 30m or 2h")
-    return int(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    seconds = int(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{text!r} is longer than a year; a grant that long belongs in "
+                         "cage.yaml's domains")
+    return seconds

@@ -69,13 +69,21 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path, kind: type | None = None) -> Any:
+    """The JSON document in `path`; with `kind`, it must be of that type (dict, list)."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except FileNotFoundError:
-        raise StateError(f"{path} is missing; the cage state is incomplete") from None
+        raise StateError(f"{path} is missing; the cage's state is incomplete (`agentcage "
+                          "destroy -y NAME` still cleans up)") from None
     except (OSError, ValueError) as e:
-        raise StateError(f"{path} is unreadable ({e}); destroy and recreate the cage") from None
+        reason = " ".join(str(e).split())[:120]
+        raise StateError(f"{path} is unreadable ({reason}); `agentcage destroy -y NAME` still "
+                         "cleans up") from None
+    if kind is not None and not isinstance(value, kind):
+        raise StateError(f"{path} holds a {type(value).__name__}, not a {kind.__name__}; "
+                         "`agentcage destroy -y NAME` still cleans up")
+    return value
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ def test_command_runs_behind_the_started_marker():
     argv = sandbox_argv(spec())
     tail = argv[argv.index("--chdir") :]
     assert tail[:3] == ["--chdir", "/workspace", "--"]
-    assert tail[3:5] == ["/bin/sh", "-c"] and tail[6] == "9"
+    assert tail[3:5] == ["/bin/sh", "-c"] and tail[6:8] == ["cage", "9"]
     assert tail[-2:] == ["claude", "--help"]
 
 

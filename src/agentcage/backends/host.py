@@ -52,6 +52,36 @@ def pids_in_netns(ns: str) -> list[int]:
     return [p for p in found if p != os.getpid()]
 
 
+def processes_citing(*needles: str) -> list[int]:
+    """Processes whose command line holds every one of `needles` (a gateway names its cage's
+    settings file): how a cage's processes are found when its runtime.json cannot tell."""
+    wanted = [n.encode() for n in needles]
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if all(w in cmdline for w in wanted):
+            found.append(int(entry))
+    return found
+
+
+def cage_suffix_of(pid: int) -> str | None:
+    """The suffix of the cage gateway namespace (`agc-<suffix>-gw`) process `pid` lives in."""
+    try:
+        inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+        names = os.listdir("/run/netns")
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith("agc-") and name.endswith("-gw") and netns_inode(name) == inode:
+            return name.removeprefix("agc-").removesuffix("-gw")
+    return None
+
+
 def pid_matches(pid: int, needle: str) -> bool:
     try:
         return needle.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()

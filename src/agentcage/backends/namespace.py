@@ -107,12 +107,43 @@ class NamespaceBackend:
     # ---- state ---------------------------------------------------------------------------
 
     def meta(self, cage: CageDir) -> CageMeta:
-        return CageMeta.from_dict(read_json(cage.root / "meta.json"))
+        path = cage.root / "meta.json"
+        try:
+            return CageMeta.from_dict(read_json(path, dict))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise StateError(f"{path} is damaged ({type(e).__name__}: {e}); recreate the cage "
+                             "(`agentcage destroy -y NAME` still cleans up)") from None
 
     def runtime(self, cage: CageDir) -> dict:
         if not cage.runtime.exists():
             return {"status": "stopped"}
-        return read_json(cage.runtime)
+        return read_json(cage.runtime, dict)
+
+    def _runtime_if_readable(self, cage: CageDir) -> dict:
+        """runtime.json for cleaning up: {} when it is missing or damaged (the cage is then
+        found by its gateway instead, see `_plan_of_live_gateway`)."""
+        try:
+            return self.runtime(cage) if cage.root.exists() else {}
+        except StateError:
+            return {}
+
+    @staticmethod
+    def _plan_of(runtime: dict) -> netplan.NetPlan | None:
+        try:
+            return netplan.NetPlan.from_dict(runtime["plan"]) if runtime.get("plan") else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @staticmethod
+    def _plan_of_live_gateway(cage: CageDir) -> netplan.NetPlan | None:
+        """The network of a cage whose runtime.json is gone or damaged, found by identity: its
+        gateway process names the cage's settings file, and lives in the cage's gateway
+        namespace, whose name carries the suffix of both namespaces."""
+        for pid in host.processes_citing(str(cage.gateway_settings), "agentcage.gateway"):
+            suffix = host.cage_suffix_of(pid)
+            if suffix is not None:
+                return netplan.NetPlan(suffix=suffix, slot=0, uplink="found by its gateway")
+        return None
 
     def write_meta(self, cage: CageDir, meta: CageMeta) -> None:
         write_json(cage.root / "meta.json", meta.to_dict())
@@ -295,15 +326,11 @@ class NamespaceBackend:
 
         `grace`: seconds the gateway gets to write its last packet summary (0 for a cage whose
         state is deleted right after, like an ephemeral run)."""
-        runtime = self.runtime(cage) if cage.root.exists() else {}
-        plan_data = runtime.get("plan")
-        plan = netplan.NetPlan.from_dict(plan_data) if plan_data else None
-        victims = []
+        runtime = self._runtime_if_readable(cage)
+        plan = self._plan_of(runtime) or self._plan_of_live_gateway(cage)
+        victims = host.processes_citing(str(cage.gateway_settings), "agentcage.gateway")
         if plan is not None:
-            victims = host.pids_in_netns(plan.cage_ns) + host.pids_in_netns(plan.gw_ns)
-        gw_pid = runtime.get("gateway_pid")
-        if gw_pid and host.pid_matches(int(gw_pid), str(cage.gateway_settings)):
-            victims.append(int(gw_pid))
+            victims += host.pids_in_netns(plan.cage_ns) + host.pids_in_netns(plan.gw_ns)
         host.terminate(sorted(set(victims)), grace=grace)
         if plan is not None:
             cgroups.CageCgroup(cgroups.detect(), plan.suffix).destroy()

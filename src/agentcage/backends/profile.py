@@ -6,6 +6,7 @@ Stored as meta.json so that `exec` needs neither cage.yaml nor pydantic.
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,18 +73,37 @@ def make_meta(config: CageConfig, project: Path, host_uid: int, host_gid: int,
                     tuple(sorted(config.container.files.items())))
 
 
-def choose_host_user(config: CageConfig, project: Path) -> tuple[int, int]:
-    """The real unprivileged host uid/gid the workload runs as (never 0)."""
+def choose_host_user(config: CageConfig, project: Path) -> tuple[int, int, str]:
+    """The real unprivileged host uid/gid the workload runs as (never 0), and why that one."""
     chosen = config.container.host_user
     if chosen != "auto":
-        return int(chosen), int(chosen)
+        return int(chosen), int(chosen), "container.host_user"
     st = project.stat()
     if st.st_uid != 0:
-        return st.st_uid, st.st_gid
+        return st.st_uid, st.st_gid, "host_user auto: the project's owner"
     sudo_uid = os.environ.get("SUDO_UID")
     if sudo_uid and sudo_uid.isdigit() and int(sudo_uid) != 0:
-        return int(sudo_uid), int(os.environ.get("SUDO_GID", sudo_uid))
-    return 65534, 65534  # nobody:nogroup
+        return int(sudo_uid), int(os.environ.get("SUDO_GID", sudo_uid)), \
+            "host_user auto: SUDO_UID"
+    return 65534, 65534, "host_user auto: nobody, as root owns the project"
+
+
+def check_access(host_uid: int, host_gid: int,
+                 volumes: tuple[tuple[str, str, str], ...], how: str) -> None:
+    """Every volume must be reachable by the host uid the workload runs as (read, and write
+    for rw), or every command in the cage would fail later. Checked as that uid, by the kernel
+    (`setpriv` then `test`), so permissions, ACLs and parent directories all count."""
+    for src, target, mode in volumes:
+        test = ["test", "-r", src, "-a", "-x", src] + (["-a", "-w", src] if mode == "rw" else [])
+        r = subprocess.run(["setpriv", f"--reuid={host_uid}", f"--regid={host_gid}",
+                            "--clear-groups", "--", *test], capture_output=True, timeout=10)
+        if r.returncode != 0:
+            need = "read and write" if mode == "rw" else "read"
+            raise BackendError(
+                f"volume {src} ({target}): host uid {host_uid} ({how}) cannot {need} it; make "
+                "it and its parent directories reachable by that uid, or set "
+                "container.host_user to a uid that can"
+            )
 
 
 def resolve_volumes(config: CageConfig, base: Path, project: Path | None,

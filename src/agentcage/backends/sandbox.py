@@ -113,7 +113,7 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
     argv += ["--chdir", spec.chdir, "--"]
     if spec.started_fd is not None:
         # proof that every layer was applied: bwrap only execs this once the sandbox is complete
-        argv += ["/bin/sh", "-c", STARTED_SCRIPT, str(spec.started_fd)]
+        argv += ["/bin/sh", "-c", STARTED_SCRIPT, "cage", str(spec.started_fd)]
     if spec.interactive:
         # a session of the cage's own whose controlling terminal is the pty on stdin, so that
         # job control and the terminal's foreground group stay inside the cage's PID namespace
@@ -122,7 +122,9 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
     return argv
 
 
-STARTED_SCRIPT = 'printf s >"/proc/self/fd/$0" && exec "$@"'
+# $0 ("cage") is what the shell names itself in its errors ("cage: 1: exec: x: not found");
+# $1 is the descriptor of the proof.
+STARTED_SCRIPT = 'printf s >"/proc/self/fd/$1" && shift && exec "$@"'
 
 
 def sandbox_env(spec: SandboxSpec) -> dict[str, str]:

@@ -1,0 +1,73 @@
+"""What cages left behind when nothing records them any more: a cage's namespaces whose gateway
+died and whose runtime.json is gone or damaged, or cgroups whose cage is gone.
+
+Safe to remove, whoever made them: a running cage always has a live gateway in its gateway
+namespace, and a cage being started gets its gateway within seconds, so a pair of cage
+namespaces with no process in either, older than `min_age`, belongs to no cage. A cage cgroup
+holding no process, whose namespaces are gone, is empty and unused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agentcage.backends import cgroups, host, netplan
+
+NETNS_DIR = Path("/run/netns")
+
+
+def _suffixes() -> set[str]:
+    try:
+        names = os.listdir(NETNS_DIR)
+    except FileNotFoundError:
+        return set()
+    return {n[len(netplan.NS_PREFIX):-3] for n in names
+            if n.startswith(netplan.NS_PREFIX) and n.endswith(("-gw", "-cg"))}
+
+
+def sweep(min_age: float = 120.0, only: Callable[[str], bool] = lambda suffix: True
+          ) -> list[str]:
+    """Remove orphaned cage namespaces and cgroups; the suffixes of those removed."""
+    removed = []
+    now = time.time()
+    for suffix in sorted(_suffixes()):
+        if not only(suffix):
+            continue
+        plan = netplan.NetPlan(suffix=suffix, slot=0, uplink="orphaned")
+        names = (plan.gw_ns, plan.cage_ns)
+        if any(host.pids_in_netns(n) for n in names):
+            continue  # in use: some cage's
+        ages = []
+        for n in names:
+            with contextlib.suppress(FileNotFoundError):
+                ages.append(now - (NETNS_DIR / n).stat().st_ctime)
+        if ages and min(ages) < min_age:
+            continue  # maybe a cage being started right now
+        for argv in netplan.teardown_commands(plan):
+            host.run(argv, check=False)
+        removed.append(suffix)
+    removed += _sweep_cgroups(min_age, only, now)
+    return removed
+
+
+def _sweep_cgroups(min_age: float, only: Callable[[str], bool], now: float) -> list[str]:
+    layout = cgroups.detect()
+    parents = {d.parent for d in cgroups.CageCgroup(layout, "-").directories().values()}
+    live = _suffixes()
+    removed = set()
+    for parent in parents:
+        with contextlib.suppress(OSError):
+            for child in parent.iterdir():
+                name = child.name
+                if (not child.is_dir() or name in live or not only(name)
+                        or now - child.stat().st_ctime < min_age):
+                    continue
+                cage = cgroups.CageCgroup(layout, name)
+                if not cage.pids():
+                    cage.destroy(grace=0)
+                    removed.add(f"cgroup {name}")
+    return sorted(removed)
