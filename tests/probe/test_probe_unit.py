@@ -21,6 +21,8 @@ import time
 
 import pytest
 
+from tests.probe.conftest import X86_64_SYSCALLS, joining, seccomp_filter
+
 SECTION_NAMES = (
     "identity", "namespaces", "network", "proxy", "secrets_env", "credentials", "sockets",
     "keyring", "proc_environ", "filesystem", "processes", "persistence", "resources", "paths",
@@ -427,45 +429,13 @@ def test_the_default_gateway_is_found_and_its_docker_port_tried(run_probe, empty
     assert network["docker_tcp"] == {"host": "10.9.0.2", "port": 2375, "result": "refused"}
 
 
-def own_v1_cgroup_dir(controller):
-    with open("/proc/self/cgroup") as handle:
-        for line in handle:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if controller in controllers.split(","):
-                return os.path.normpath(f"/sys/fs/cgroup/{controller}/{path}")
-    return None
-
-
-@pytest.fixture
-def limited_cgroups():
-    """A memory and a pids cgroup (v1, as on this machine) with limits, removed afterwards."""
-    name = "agentsec-probe-" + secrets.token_hex(4)
-    made = []
-    try:
-        for controller, limit_file, limit in (("memory", "memory.limit_in_bytes", 512 << 20),
-                                              ("pids", "pids.max", 256)):
-            parent = own_v1_cgroup_dir(controller)
-            if parent is None or not os.path.isdir(parent):
-                pytest.skip(f"no cgroup v1 {controller} hierarchy here")
-            directory = os.path.join(parent, name)
-            os.mkdir(directory)
-            made.append(directory)
-            with open(os.path.join(directory, limit_file), "w") as handle:
-                handle.write(str(limit))
-        yield made
-    finally:
-        for directory in made:
-            os.rmdir(directory)
-
-
 @pytest.mark.netns
 def test_cgroup_and_rlimit_limits_are_read(run_probe, empty_home, limited_cgroups):
-    join = " && ".join(f'echo $$ > "{d}/cgroup.procs"' for d in limited_cgroups)
-    wrapper = ("unshare", "--net", "--", "sh", "-c", join + ' && exec "$@"', "sh",
-               "prlimit", "--nproc=777", "--")
+    wrapper = ("unshare", "--net", "--", *joining(limited_cgroups), "prlimit", "--nproc=777", "--")
     report = assert_one_json_line(run_probe(wrapper=wrapper, env={"HOME": str(empty_home)}))
     assert report["sections"]["resources"]["data"] == {
-        "memory_limit": 512 << 20, "pids_limit": 256, "rlimit_nproc": 777}
+        "memory_limit": 512 << 20, "pids_limit": 256, "rlimit_nproc": 777,
+        "cgroup_found": {"memory": True, "pids": True}}
 
 
 # --- Targets override and what goes on the wire ---------------------------------------------
@@ -611,31 +581,6 @@ def test_a_locked_down_sandbox_does_not_crash_the_probe(run_probe, tmp_path):
     writable = {e["path"]: e["writable"] for e in report["sections"]["filesystem"]["data"]
                 ["writable_dirs"]}
     assert writable["/etc"] is False and writable["/tmp"] is True
-
-
-X86_64_SYSCALLS = {"connect": 42, "keyctl": 250, "unshare": 272, "landlock_create_ruleset": 444}
-AUDIT_ARCH_X86_64 = 0xC000003E
-
-
-def seccomp_filter(denied):
-    """A classic-BPF seccomp program: each (syscall number, errno) in denied fails with that
-    errno; everything else is allowed."""
-
-    def instruction(code, jump_true, jump_false, k):
-        return struct.pack("HBBI", code, jump_true, jump_false, k)
-
-    load, jump_equal, give = 0x20, 0x15, 0x06
-    body = []
-    for number, code in denied:
-        body.append(instruction(jump_equal, 0, 1, number))
-        body.append(instruction(give, 0, 0, 0x00050000 | code))  # SECCOMP_RET_ERRNO
-    return b"".join([
-        instruction(load, 0, 0, 4),  # seccomp_data.arch
-        instruction(jump_equal, 0, len(body) + 1, AUDIT_ARCH_X86_64),
-        instruction(load, 0, 0, 0),  # seccomp_data.nr
-        *body,
-        instruction(give, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
-    ])
 
 
 @needs_bwrap

@@ -6,15 +6,19 @@ It prints exactly one JSON line on stdout (the format is docs/probe-output.md, p
 exits 0. It needs only the Python standard library (3.8 or newer) and Linux's /proc.
 
 What it measures, one small section each: identity and confinement (capabilities, seccomp,
-user namespace, Landlock, LSM), whether new namespaces can be made, network egress (TCP, IPv6,
-one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port), secret-looking environment
-variable names, credential files, container runtime and SSH agent sockets, the kernel keyring,
-other processes' environments, writable directories and /proc/sys files, host mounts, setuid
-programs, visible processes, files that would persist outside the sandbox, and resource limits.
+user namespace, Landlock, LSM, io_uring), whether new namespaces can be made, network egress
+(TCP, IPv6, one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port),
+secret-looking environment variable names, credential files, container runtime and SSH agent
+sockets, the kernel keyring, other processes' environments, writable directories and /proc/sys
+files, host mounts, setuid programs, visible processes, files that would persist outside the
+sandbox, and resource limits.
 
 What it never does:
-- read a secret: environment variables are reported by name and length only; a credential file is
-  opened and zero bytes are read from it; /proc/<pid>/environ files are opened and never read;
+- report or keep a secret: environment variables are reported by name and length only; a
+  credential file is opened and zero bytes are read from it (an .npmrc is read to learn whether it
+  names a token, and only that yes or no is kept); another process's /proc/<pid>/environ is read
+  only to compare it with the probe's own, and only counts and secret-looking names are kept; a
+  kernel key is asked for its payload's size, never its payload;
 - send a byte on a TCP connection to a target: it connects and closes. The only datagram it sends
   is one fixed DNS question (`example.com A`) to the udp_dns target. A configured HTTP proxy is
   sent only `CONNECT host:port` with a Host header (and Proxy-Authorization only when
@@ -27,7 +31,8 @@ What it never does:
   removed when the check ends);
 - create or change a persistence file: only files that already exist are opened, for append,
   and closed without writing, so their content and modification time stay the same;
-- change anything in its own namespaces: unshare and mount are tried in a child process.
+- change anything in its own namespaces: unshare and mount are tried in a forked child; an
+  io_uring instance is set up and closed at once, with nothing submitted to it.
 
 Every section runs in its own daemon thread under one deadline (AGENTSEC_PROBE_TIMEOUT, default
 2 s, plus 1 s). A section that raises or misses the deadline is reported as not measured
@@ -44,12 +49,10 @@ import ipaddress
 import json
 import math
 import os
-import platform
 import re
 import socket
 import stat
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -57,7 +60,7 @@ import urllib.parse
 import warnings
 
 PROBE_FORMAT = 1
-PROBE_VERSION = "1.0.0"
+PROBE_VERSION = "1.1.0"
 
 # ---------------------------------------------------------------------------------------------
 # Fixed targets. AGENTSEC_PROBE_TARGETS may replace any of these keys (docs/probe-output.md).
@@ -101,8 +104,11 @@ HOME_CREDENTIAL_FILES = (
     "~/.config/gcloud/application_default_credentials.json",
     "~/.azure/accessTokens.json",
     "~/.git-credentials",
-    "~/.gitconfig",
 )
+# Holds a credential only when it names a token: most .npmrc files set a registry and no more.
+NPMRC = "~/.npmrc"
+NPMRC_TOKEN_KEYS = ("_authToken", "_auth", "_password")
+MAX_CONFIG_BYTES = 1 << 16
 # Login files of coding agents and of the GitHub CLI they drive (agent_login: true).
 AGENT_LOGIN_FILES = (
     "~/.claude/.credentials.json",
@@ -212,6 +218,9 @@ BLOCK_FILESYSTEMS = frozenset(
         "bcachefs",
     )
 )
+
+# Filesystems that live in memory: a fresh one over a directory is a mask made for the sandbox.
+SCRATCH_FILESYSTEMS = frozenset(("tmpfs", "ramfs"))
 
 # Secret-looking environment variable names: whole underscore-separated words, so that
 # TOKENIZERS_PARALLELISM or KEYBOARD never match. SESSION alone is not a secret word
@@ -341,20 +350,33 @@ CAPABILITY_NAMES = (
     "CAP_CHECKPOINT_RESTORE",
 )
 
+# Syscall numbers of 64-bit interpreters on the architectures below, the only ones the probe
+# calls by number. A 32-bit Python on a 64-bit kernel sees the kernel's machine name but needs
+# other numbers, so the pointer size is checked too; anywhere else these checks are not measured.
 SYSCALL_NUMBERS = {
-    "x86_64": {"keyctl": 250, "landlock_create_ruleset": 444},
-    "aarch64": {"keyctl": 219, "landlock_create_ruleset": 444},
-    "arm64": {"keyctl": 219, "landlock_create_ruleset": 444},
+    "x86_64": {"keyctl": 250, "io_uring_setup": 425, "landlock_create_ruleset": 444},
+    "aarch64": {"keyctl": 219, "io_uring_setup": 425, "landlock_create_ruleset": 444},
+    "arm64": {"keyctl": 219, "io_uring_setup": 425, "landlock_create_ruleset": 444},
+    "riscv64": {"keyctl": 219, "io_uring_setup": 425, "landlock_create_ruleset": 444},
 }
 KEYCTL_GET_KEYRING_ID = 0
+KEYCTL_DESCRIBE = 6
+KEYCTL_READ = 11
 KEY_SPEC_SESSION_KEYRING = -3
+# thread, process, session, user and user-session keyrings: what the process possesses
+POSSESSED_KEYRINGS = (-1, -2, -3, -4, -5)
+MAX_KEYS = 256
 LANDLOCK_CREATE_RULESET_VERSION = 1
+IO_URING_PARAMS_SIZE = 120  # sizeof(struct io_uring_params), zeroed: the kernel's defaults
 
 IDENTITY_UID_MAP = "0 0 4294967295"  # the initial user namespace's map
 INITIAL_PID_NAMESPACE = "pid:[4026531836]"  # fixed inode of the kernel's first pid namespace
 RTF_UP = 0x0001
 RTF_REJECT = 0x0200
 MAX_OTHER_PIDS = 200
+MAX_ENVIRON_BYTES = 1 << 20
+MAX_REPORTED_NAMES = 50
+MAX_CGROUP_CANDIDATES = 512
 ABSURD_MEMORY_LIMIT = 1 << 60  # cgroup v1 writes "unlimited" as a number near 2**63
 PID_MAX_LIMIT = 1 << 22
 
@@ -769,17 +791,38 @@ def capability_names(mask):
     ]
 
 
-def raw_syscall(name, *arguments):
-    """(return value, errno) of a syscall by number, or None where it cannot be made here."""
-    number = SYSCALL_NUMBERS.get(platform.machine(), {}).get(name)
-    if number is None:
+def libc_handle():
+    """(ctypes, libc) for syscalls by number, or None where numbers for this interpreter are
+    not known (see SYSCALL_NUMBERS) or ctypes is missing."""
+    if platform_machine() not in SYSCALL_NUMBERS:
         return None
     try:
         import ctypes
     except ImportError:
         return None
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
+    return ctypes, libc
+
+
+def platform_machine():
+    try:
+        return os.uname().machine
+    except (AttributeError, OSError):
+        return ""
+
+
+def raw_syscall(name, *arguments):
+    """(return value, errno) of a syscall by number, or None where it cannot be made here.
+    Arguments are integers (a buffer goes in as its address)."""
+    handle = libc_handle()
+    if handle is None:
+        return None
+    ctypes, libc = handle
+    number = SYSCALL_NUMBERS[platform_machine()][name]
+    ctypes.set_errno(0)
     value = libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in arguments])
     return value, ctypes.get_errno()
 
@@ -826,7 +869,72 @@ def section_identity(settings):
         "apparmor": apparmor_label(lsm),
         "overflow_uid": read_int("/proc/sys/kernel/overflowuid"),
         "kernel_file_owner": file_owner(CORE_PATTERN),
+        # Opening a kernel sysctl for writing passes only for the host's uid 0 (the kernel
+        # compares the euid with the initial namespace's root, capabilities aside): this tells
+        # host root apart even where the euid is the overflow uid and ownership cannot.
+        "kernel_file_writable": can_open(CORE_PATTERN, os.O_WRONLY),
+        "own_namespaces": own_namespaces(),
+        "io_uring": io_uring_state(),
     }
+
+
+# Inode numbers the kernel gives its initial namespaces (include/linux/proc_ns.h); the network
+# namespace has none, so it is told by a sysctl only the initial one has.
+INITIAL_NAMESPACE_INODES = {
+    "ipc": 4026531839,
+    "uts": 4026531838,
+    "user": 4026531837,
+    "pid": 4026531836,
+    "cgroup": 4026531835,
+    "time": 4026531834,
+}
+INITIAL_NET_ONLY_SYSCTL = "/proc/sys/net/core/netdev_max_backlog"
+ANY_NET_SYSCTL = "/proc/sys/net/core/somaxconn"
+
+
+def own_namespaces():
+    """{kind: True when this process is in a namespace of that kind other than the host's
+    initial one, False when in the initial one, None when that cannot be told}."""
+    found = {}
+    for kind, initial in INITIAL_NAMESPACE_INODES.items():
+        try:
+            link = os.readlink("/proc/self/ns/" + kind)
+        except OSError:
+            found[kind] = None
+            continue
+        digits = link.partition("[")[2].rstrip("]")
+        found[kind] = int(digits) != initial if digits.isdigit() else None
+    # /proc/sys/net shows the net sysctls of the reader's network namespace, whoever mounted
+    # /proc: net.core.netdev_max_backlog is registered in the initial namespace only.
+    if existence(INITIAL_NET_ONLY_SYSCTL)[0]:
+        found["net"] = False
+    elif existence(ANY_NET_SYSCTL)[0]:
+        found["net"] = True
+    else:
+        found["net"] = None
+    return found
+
+
+def io_uring_state():
+    """{"result": creatable|refused|unavailable|error, "errno": name}, or None where syscalls
+    cannot be made by number. A ring with one entry is set up and its descriptor closed at
+    once; nothing is submitted to it."""
+    handle = libc_handle()
+    if handle is None:
+        return None
+    ctypes = handle[0]
+    params = ctypes.create_string_buffer(IO_URING_PARAMS_SIZE)
+    value, code = raw_syscall("io_uring_setup", 1, ctypes.addressof(params))
+    if value >= 0:
+        os.close(value)
+        return {"result": "creatable", "errno": None}
+    if code == errno.ENOSYS:
+        result = "unavailable"  # not in this kernel, or seccomp answers as if it were not
+    elif code in (errno.EPERM, errno.EACCES):
+        result = "refused"  # kernel.io_uring_disabled, an LSM, or seccomp
+    else:
+        result = "error"
+    return {"result": result, "errno": errno.errorcode.get(code, str(code))}
 
 
 def read_int(path):
@@ -843,67 +951,97 @@ def file_owner(path):
         return None
 
 
-# Runs in a child, so that unshare and mount change nothing in the probe's own process.
-# unshare(CLONE_NEWUSER) answers "can a user namespace be made"; unshare(CLONE_NEWNS) after it
-# (in that user namespace, or directly when the first step failed and the process is privileged)
-# and a tmpfs mount over /tmp, in the child's own private mount tree, answer "can it mount".
-NAMESPACE_CHILD_CODE = r"""
-import errno, json, os
-try:
-    import ctypes
-except ImportError:
-    print(json.dumps({"ctypes": False}))
-    raise SystemExit(0)
-libc = ctypes.CDLL(None, use_errno=True)
-def outcome(value):
-    return "ok" if value == 0 else errno.errorcode.get(ctypes.get_errno(), "error")
-steps = {"ctypes": True}
-steps["user"] = outcome(libc.unshare(ctypes.c_int(0x10000000)))
-steps["mount_ns"] = outcome(libc.unshare(ctypes.c_int(0x00020000)))
-if steps["mount_ns"] == "ok":
-    rec_private = ctypes.c_ulong(0x4000 | 0x40000)
-    steps["private"] = outcome(libc.mount(None, b"/", None, rec_private, None))
-# Only a private tree may take the test mount: a shared one would pass it on to the host.
-if steps.get("private") == "ok":
-    target = b"/tmp" if os.path.isdir("/tmp") else b"/"
-    steps["mount"] = outcome(libc.mount(b"tmpfs", target, b"tmpfs", ctypes.c_ulong(0), None))
-print(json.dumps(steps))
-"""
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_REC_PRIVATE = 0x4000 | 0x40000
+NAMESPACE_STEPS = ("user", "mount_ns", "private", "mount")
+
+
+def namespace_steps(ctypes, libc):
+    """Run in a forked child, so that unshare and mount change nothing in the probe itself:
+    unshare(CLONE_NEWUSER) answers "can a user namespace be made"; unshare(CLONE_NEWNS) after it
+    (in that namespace, or directly when the first step failed and the process is privileged)
+    and a tmpfs mounted over /tmp in the child's own private mount tree answer "can it mount".
+    Only a private tree may take the test mount: a shared one would pass it on to the host."""
+
+    def outcome(value):
+        return "ok" if value == 0 else errno.errorcode.get(ctypes.get_errno(), "error")
+
+    steps = {"user": outcome(libc.unshare(ctypes.c_int(CLONE_NEWUSER)))}
+    steps["mount_ns"] = outcome(libc.unshare(ctypes.c_int(CLONE_NEWNS)))
+    if steps["mount_ns"] == "ok":
+        steps["private"] = outcome(
+            libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC_PRIVATE), None)
+        )
+    if steps.get("private") == "ok":
+        target = b"/tmp" if os.path.isdir("/tmp") else b"/"
+        steps["mount"] = outcome(libc.mount(b"tmpfs", target, b"tmpfs", ctypes.c_ulong(0), None))
+    return steps
 
 
 def namespace_result(user_ns, mount, detail):
     return {"user_ns_creatable": user_ns, "mount_in_new_ns": mount, "detail": detail}
 
 
+def run_in_child(function, deadline):
+    """Run function() in a forked child and return the text it returns, or raise OSError. A fork
+    (no new interpreter) is enough: the child only makes syscalls through ctypes, already loaded,
+    and writes one line to a pipe; a new user namespace needs a single-threaded process, which
+    the fork gives."""
+    import select
+    import signal
+
+    reader, writer = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(reader)
+        os.close(writer)
+        raise
+    if pid == 0:  # the child: never returns, never runs the parent's clean-up
+        try:
+            os.close(reader)
+            os.write(writer, function().encode("ascii", "replace"))
+        finally:
+            os._exit(0)
+    os.close(writer)
+    try:
+        data = b""
+        while remaining(deadline) > 0:
+            ready, _, _ = select.select([reader], [], [], remaining(deadline))
+            chunk = os.read(reader, 4096) if ready else b""
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(reader)
+        with contextlib.suppress(OSError):
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    return data.decode("ascii", "replace")
+
+
 def section_namespaces(settings):
-    if not sys.executable:
-        return namespace_result(None, None, "no interpreter path to start a child with")
+    handle = libc_handle()
+    if handle is None:
+        return namespace_result(None, None, "syscalls cannot be made here (ctypes or arch)")
+
+    def child():
+        steps = namespace_steps(*handle)
+        return ";".join("%s=%s" % (step, steps[step]) for step in NAMESPACE_STEPS if step in steps)
+
     try:
-        child = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", NAMESPACE_CHILD_CODE],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            timeout=max(0.05, remaining(settings.budget_end)),
-        )
-    except subprocess.TimeoutExpired:
-        return namespace_result(None, None, "child timed out")
+        answer = run_in_child(child, settings.budget_end)
     except OSError as exc:
-        return namespace_result(None, None, "child could not start: " + describe_exception(exc))
-    try:
-        steps = json.loads(child.stdout.decode("utf-8", "replace"))
-    except ValueError:
-        return namespace_result(None, None, "child gave no answer (exit %s)" % child.returncode)
-    if not steps.get("ctypes"):
-        return namespace_result(None, None, "ctypes is missing")
-    detail = "; ".join(
-        "%s: %s" % (step, steps[step])
-        for step in ("user", "mount_ns", "private", "mount")
-        if step in steps
-    )
+        return namespace_result(None, None, "no child process: " + describe_exception(exc))
+    steps = dict(item.partition("=")[::2] for item in answer.split(";") if "=" in item)
+    if "user" not in steps:
+        return namespace_result(None, None, "the child gave no answer")
+    detail = "; ".join("%s: %s" % (step, steps[step]) for step in NAMESPACE_STEPS if step in steps)
     mount_untested = steps.get("mount_ns") == "ok" and "mount" not in steps
     mount = None if mount_untested else steps.get("mount") == "ok"
-    return namespace_result(steps.get("user") == "ok", mount, detail)
+    return namespace_result(steps["user"] == "ok", mount, detail)
 
 
 def network_interfaces():
@@ -1305,19 +1443,38 @@ def section_secrets_env(settings):
     return {"names": names}
 
 
+def npmrc_holds_token(path):
+    """Whether an .npmrc names a token (`_authToken`, `_auth`, `_password`, also scoped as
+    `//registry/:_authToken`) with a literal value: True, False, or None if it cannot be read.
+    The file is read only to answer this; no line, key or value is kept."""
+    text = read_text(path, MAX_CONFIG_BYTES)
+    if text is None:
+        return None
+    for line in text.splitlines():
+        key, separator, value = line.strip().partition("=")
+        if not separator or key.startswith(("#", ";")):
+            continue
+        value = value.strip().strip("\"'")
+        # `${NPM_TOKEN}` names a variable the secrets_env section already reports.
+        if key.strip().endswith(NPMRC_TOKEN_KEYS) and value and not value.startswith("${"):
+            return True
+    return False
+
+
 def credential_entries(relative, homes, agent_login):
     entries = []
     for via, path, exists in home_file_candidates(relative, homes):
         readable = bool(path) and exists is not False and is_readable(path)
-        entries.append(
-            {
-                "path": relative,
-                "exists": exists,
-                "readable": readable,
-                "agent_login": agent_login,
-                "via": via,
-            }
-        )
+        entry = {
+            "path": relative,
+            "exists": exists,
+            "readable": readable,
+            "agent_login": agent_login,
+            "via": via,
+        }
+        if relative == NPMRC:
+            entry["holds_token"] = npmrc_holds_token(path) if readable else False
+        entries.append(entry)
     return entries
 
 
@@ -1408,22 +1565,81 @@ def remove_tree_of_one(directory, name):
             remove(path)
 
 
+def connect_existing_unix(path, deadline):
+    """Connect to a socket path, unless stat shows it is not there. Checked first because a
+    sandbox that refuses every unix socket (seccomp on socket()) answers "denied" for a path that
+    does not exist as much as for one that does: that refusal says nothing about the path."""
+    exists, _ = existence(path)
+    if exists is False:
+        return "absent"
+    return connect_unix(path, deadline)
+
+
 def section_sockets(settings):
     deadline = settings.budget_end
     runtime = [
-        {"path": path, "rootless": rootless, "result": connect_unix(path, deadline)}
+        {"path": path, "rootless": rootless, "result": connect_existing_unix(path, deadline)}
         for path, rootless in runtime_socket_paths(settings.environ)
     ]
     agent_path = settings.environ.get("SSH_AUTH_SOCK")
     ssh_agent = {
         "set": bool(agent_path),
-        "result": connect_unix(agent_path, deadline) if agent_path else "not_attempted",
+        "result": connect_existing_unix(agent_path, deadline) if agent_path else "not_attempted",
     }
     return {
         "runtime": runtime,
         "ssh_agent": ssh_agent,
         "control": control_socket_results(settings.environ, deadline),
     }
+
+
+def keyctl_buffer(operation, key, size):
+    """The bytes a KEYCTL_READ or KEYCTL_DESCRIBE puts in a buffer, or None when refused."""
+    handle = libc_handle()
+    if handle is None:
+        return None
+    ctypes = handle[0]
+    buffer = ctypes.create_string_buffer(size)
+    outcome = raw_syscall("keyctl", operation, key, ctypes.addressof(buffer), size)
+    if outcome is None or outcome[0] < 0:
+        return None
+    return buffer.raw[: min(outcome[0], size)]
+
+
+def key_type(key):
+    """A key's type, from KEYCTL_DESCRIBE ("type;uid;gid;perm;description"); the description
+    is dropped at once."""
+    described = keyctl_buffer(KEYCTL_DESCRIBE, key, 512)
+    if described is None:
+        return None
+    return described.split(b";", 1)[0].decode("ascii", "replace")
+
+
+def keys_in_reach():
+    """{key id: type} for keys listed in /proc/keys and keys reached from the keyrings the
+    process possesses (walked through nested keyrings). /proc/keys names the type as its 8th
+    field; nothing else of a line is kept."""
+    found = {}
+    for line in read_lines("/proc/keys"):
+        fields = line.split()
+        if len(fields) >= 8:
+            try:
+                found[int(fields[0], 16)] = fields[7]
+            except ValueError:
+                continue
+    pending = list(POSSESSED_KEYRINGS)
+    while pending and len(found) < MAX_KEYS:
+        keyring = pending.pop()
+        members = keyctl_buffer(KEYCTL_READ, keyring, 4 * MAX_KEYS)
+        if not members:
+            continue
+        for (member,) in struct.iter_unpack("=i", members[: len(members) // 4 * 4]):
+            if member in found:
+                continue
+            found[member] = key_type(member)
+            if found[member] == "keyring":
+                pending.append(member)
+    return found
 
 
 def section_keyring(settings):
@@ -1437,9 +1653,21 @@ def section_keyring(settings):
     else:
         session = "error"
     keys = read_text("/proc/keys")  # counted only: descriptions never leave this function
+    readable_types = {}
+    if session != "error":
+        for key, kind in sorted(keys_in_reach().items()):
+            if kind in (None, "keyring"):
+                continue
+            # KEYCTL_READ with no buffer answers the payload's size and copies nothing out.
+            read = raw_syscall("keyctl", KEYCTL_READ, key, 0, 0)
+            if read is not None and read[0] >= 0:
+                kind = clean_text(kind, 40)
+                readable_types[kind] = readable_types.get(kind, 0) + 1
     return {
         "session_keyring": session,
         "visible_keys": None if keys is None else len(keys.splitlines()),
+        "readable_keys": None if session == "error" else sum(readable_types.values()),
+        "readable_key_types": sorted(readable_types),
     }
 
 
@@ -1456,30 +1684,97 @@ def parent_pid(pid):
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
+def proc_self_pid():
+    """This process's pid as the mounted /proc numbers it: a /proc from another pid namespace
+    (the host's, bound into a sandbox) numbers every process, this one too, its own way."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
+def environ_entries(path):
+    """(state, entries) for an environ file: "absent" (no such process), "refused" (opening or
+    reading it was refused) or "read", with its NAME=VALUE entries as a set of bytes. The set
+    lives only as long as the comparison that needs it: no value is kept or reported."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        gone = exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ESRCH)
+        return ("absent" if gone else "refused"), None
+    chunks, size = [], 0
+    try:
+        while size < MAX_ENVIRON_BYTES:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return "refused", None
+    finally:
+        os.close(fd)
+    return "read", {entry for entry in b"".join(chunks).split(b"\0") if entry}
+
+
+def extra_entries(theirs, ours):
+    """How many NAME=VALUE entries another process holds that this one lacks, and the
+    secret-looking names among them. A helper of the sandbox's own (its init, a wrapper, a
+    proxy bridge) started with the same environment holds nothing more: reading it reveals
+    nothing this process does not already have."""
+    extra = theirs - ours
+    names = set()
+    for entry in extra:
+        name = entry.partition(b"=")[0].decode("utf-8", "replace")
+        if looks_like_secret_name(name):
+            names.add(clean_text(name, 200))
+    return len(extra), names
+
+
 def section_proc_environ(settings):
-    own = os.getpid()
+    own = proc_self_pid()
     own_tasks = set()
     with contextlib.suppress(OSError):
         own_tasks = {int(name) for name in os.listdir("/proc/self/task") if name.isdigit()}
+    state, ours = environ_entries("/proc/self/environ")
+    if ours is None:
+        raise OSError(errno.EACCES, "this process's own environ could not be read")
     pid1_is_self = own == 1
-    checked = readable = 0
+    checked = readable = holding_more = 0
+    others_names = set()
     for pid in numeric_proc_entries():
         if checked >= MAX_OTHER_PIDS:
             break
         # The probe, its threads and its children (the namespace test) are not "others".
         if pid in (1, own) or pid in own_tasks or parent_pid(pid) == own:
             continue
-        opened = can_open("/proc/%d/environ" % pid, os.O_RDONLY)
-        if opened is None:  # a kernel thread (no environment), or the process ended meanwhile
-            continue
+        state, theirs = environ_entries("/proc/%d/environ" % pid)
+        if state == "absent" or (state == "read" and not theirs):
+            continue  # ended meanwhile, or a kernel thread (no environment at all)
         checked += 1
-        readable += int(opened)
-    pid1 = None if pid1_is_self else can_open("/proc/1/environ", os.O_RDONLY)
+        if state == "read":
+            readable += 1
+            count, names = extra_entries(theirs, ours)
+            holding_more += int(count > 0)
+            others_names |= names
+    pid1 = {"readable": None, "holds_more": None, "extra": None, "names": set()}
+    if not pid1_is_self:
+        state, theirs = environ_entries("/proc/1/environ")
+        pid1["readable"] = None if state == "absent" else state == "read"
+        if theirs is not None:
+            count, pid1["names"] = extra_entries(theirs, ours)
+            pid1.update(holds_more=count > 0, extra=count)
+    theirs = ours = None
     return {
         "pid1_is_self": pid1_is_self,
-        "pid1_environ_readable": pid1,
+        "pid1_environ_readable": pid1["readable"],
+        "pid1_holds_more": pid1["holds_more"],
+        "pid1_extra_entries": pid1["extra"],
+        "pid1_extra_secret_names": sorted(pid1["names"])[:MAX_REPORTED_NAMES],
         "others_checked": checked,
         "others_readable": readable,
+        "others_holding_more": holding_more,
+        "others_extra_secret_names": sorted(others_names)[:MAX_REPORTED_NAMES],
     }
 
 
@@ -1488,7 +1783,8 @@ def unescape_mount_field(text):
 
 
 def read_mounts():
-    """Mounts from /proc/self/mountinfo as dicts: root, mountpoint, options, fstype, super."""
+    """Mounts from /proc/self/mountinfo, in mount order, as dicts: device (major:minor), root,
+    mountpoint, options, fstype, super."""
     mounts = []
     for line in read_lines("/proc/self/mountinfo"):
         left, separator, right = line.partition(" - ")
@@ -1497,6 +1793,7 @@ def read_mounts():
             continue
         mounts.append(
             {
+                "device": fields[2],
                 "root": unescape_mount_field(fields[3]),
                 "mountpoint": unescape_mount_field(fields[4]),
                 "options": fields[5].split(","),
@@ -1520,12 +1817,35 @@ def setuid_binaries():
     return found
 
 
+def is_scratch_mount(mount, mounts):
+    """A tmpfs (or ramfs) made for the sandbox: mounted from its own root and seen nowhere else.
+    What is written there vanishes with it, so it masks the host's directory rather than writing
+    it. The same filesystem mounted at a second place (the host's /dev/shm bound over /root, say)
+    is shared with something outside, and is not a mask; `mounts` includes hidden mounts, since a
+    sandbox's copy of the host's mount tree still lists the host's own, under its new ones."""
+    if mount is None or mount["fstype"] not in SCRATCH_FILESYSTEMS or mount["root"] != "/":
+        return False
+    inside = mount["mountpoint"].rstrip("/") + "/"
+    return all(
+        other["device"] != mount["device"]
+        or other["mountpoint"] == mount["mountpoint"]
+        or other["mountpoint"].startswith(inside)
+        for other in mounts
+    )
+
+
 def section_filesystem(settings):
+    every_mount = read_mounts()
+    mounts = visible_mounts(every_mount)
     writable_dirs = []
     for path in WRITABLE_DIRS:
         writable, code = create_marker(path)
-        writable_dirs.append({"path": path, "writable": writable, "errno": code})
-    mounts = read_mounts()
+        entry = {"path": path, "writable": writable, "errno": code}
+        if writable:
+            mount = mount_holding(os.path.realpath(path), mounts)
+            entry["fstype"] = mount["fstype"] if mount else None
+            entry["scratch_mount"] = is_scratch_mount(mount, every_mount)
+        writable_dirs.append(entry)
     root_options = [m["options"] for m in mounts if m["mountpoint"] == "/"]
     host_mounts = [
         {
@@ -1540,6 +1860,7 @@ def section_filesystem(settings):
     return {
         "writable_dirs": writable_dirs,
         "root_rw": "rw" in root_options[-1] if root_options else None,
+        "root_scratch_mount": is_scratch_mount(mount_holding("/", mounts), every_mount),
         "host_mounts": host_mounts,
         "host_root_mounted": [m["mountpoint"] for m in host_mounts if m["root"] == "/"],
         "sysrq_writable": can_open("/proc/sysrq-trigger", os.O_WRONLY),
@@ -1565,6 +1886,9 @@ def section_processes(settings):
     return {
         "visible_pids": len(numeric_proc_entries()),
         "own_pid_namespace": own_pid_namespace(),
+        # A /proc mounted from another pid namespace (the host's, bound in) numbers this
+        # process differently from getpid(), and lists that namespace's processes.
+        "proc_is_foreign": proc_self_pid() != os.getpid(),
         "pid1_comm": clean_text(comm.strip(), 64) if comm else None,
     }
 
@@ -1599,14 +1923,35 @@ def section_persistence(settings):
     }
 
 
-def mount_fstype(path):
-    """The filesystem type of the mount holding path (the longest mountpoint prefix)."""
-    best, fstype = -1, None
-    for mount in read_mounts():
+def visible_mounts(mounts):
+    """The mounts not hidden by a later mount on the same point or on a directory above it
+    (mountinfo lists them in mount order, a parent before what is mounted under it)."""
+    visible = []
+    for mount in mounts:
+        point = mount["mountpoint"]
+        below = point.rstrip("/") + "/"
+        visible = [
+            m for m in visible if m["mountpoint"] != point and not m["mountpoint"].startswith(below)
+        ]
+        visible.append(mount)
+    return visible
+
+
+def mount_holding(path, mounts):
+    """The mount that holds path: the longest mountpoint prefix, the last one mounted there."""
+    best, best_length = None, -1
+    for mount in mounts:
         point = mount["mountpoint"].rstrip("/") or "/"
-        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > best:
-            best, fstype = len(point), mount["fstype"]
-    return fstype
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best_length:
+            best, best_length = mount, len(point)
+    return best
+
+
+def mount_fstype(path):
+    """The filesystem type of the mount holding path."""
+    mount = mount_holding(path, visible_mounts(read_mounts()))
+    return mount["fstype"] if mount else None
 
 
 def own_cgroups():
@@ -1623,36 +1968,94 @@ def own_cgroups():
     return v1, v2
 
 
-def cgroup_chain(mount, path):
-    """The probe's cgroup directory under this mount and every ancestor up to the mount."""
-    root = mount["root"].rstrip("/")
-    if path != root and not path.startswith(root + "/"):
-        return []
-    directory = os.path.normpath(mount["mountpoint"] + "/" + path[len(root) :])
-    chain = [directory]
-    while len(directory) > len(mount["mountpoint"]) and directory != "/":
-        directory = os.path.dirname(directory)
-        chain.append(directory)
+def leading_ups(parts):
+    count = 0
+    while count < len(parts) and parts[count] == "..":
+        count += 1
+    return count
+
+
+def directories_at_depth(base, depth):
+    """Directories exactly `depth` levels below base (at most MAX_CGROUP_CANDIDATES)."""
+    level = [base]
+    for _ in range(depth):
+        below = []
+        for directory in level:
+            with contextlib.suppress(OSError), os.scandir(directory) as entries:
+                below += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+            if len(below) > MAX_CGROUP_CANDIDATES:
+                return []
+        level = below
+    return level
+
+
+def holds_this_process(directory):
+    procs = read_text(os.path.join(directory, "cgroup.procs"), 1 << 20)
+    return procs is not None and str(os.getpid()) in procs.split()
+
+
+def cgroup_directory(mount, path):
+    """Where the probe's cgroup `path` (from /proc/self/cgroup) sits under this mount, or None.
+
+    /proc/self/cgroup gives paths relative to the probe's cgroup namespace, and mountinfo gives
+    the mount's root relative to it too. A cgroup filesystem mounted before the namespace was
+    made (the host's, bound into a sandbox) has its root above the namespace's: "/.." per level.
+    The names of those levels are not shown, so the directory is found by looking for this
+    process in the cgroup.procs of every cgroup that deep."""
+    root_parts = [p for p in mount["root"].split("/") if p]
+    path_parts = [p for p in path.split("/") if p]
+    ups = leading_ups(root_parts)
+    if ups == 0:
+        if path_parts[: len(root_parts)] != root_parts:
+            return None
+        return os.path.join(mount["mountpoint"], *path_parts[len(root_parts) :])
+    path_ups = leading_ups(path_parts)
+    if ups != len(root_parts) or path_ups > ups:
+        return None  # the mount shows a branch beside this namespace, not above it
+    rest = path_parts[path_ups:]
+    found = [
+        os.path.join(candidate, *rest)
+        for candidate in directories_at_depth(mount["mountpoint"], ups - path_ups)
+        if holds_this_process(os.path.join(candidate, *rest))
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def cgroup_chain(mount, directory):
+    """A cgroup directory under this mount and every ancestor up to the mount."""
+    chain = [os.path.normpath(directory)]
+    while len(chain[-1]) > len(mount["mountpoint"]) and chain[-1] != "/":
+        chain.append(os.path.dirname(chain[-1]))
     return chain
 
 
 def limit_files(mounts):
-    """(file, kind) for every memory and pids limit that applies to the probe."""
+    """([(file, kind)] for every memory and pids limit that applies to the probe, {kind: True
+    when the probe's cgroup for that controller was found under a mounted cgroup filesystem,
+    False when such a filesystem is mounted but the cgroup could not be found in it, None when
+    no cgroup filesystem carrying that controller is mounted at all})."""
     v1, v2 = own_cgroups()
-    files = []
+    files, found = [], {"memory": None, "pids": None}
+
+    def add(kind, mount, directory, name):
+        if directory is None:
+            found[kind] = found[kind] or False
+            return
+        found[kind] = True
+        files.extend((d + "/" + name, kind) for d in cgroup_chain(mount, directory))
+
     for mount in mounts:
         if mount["fstype"] == "cgroup2" and v2 is not None:
-            for directory in cgroup_chain(mount, v2):
-                files += [(directory + "/memory.max", "memory"), (directory + "/pids.max", "pids")]
+            controllers = read_text(mount["mountpoint"] + "/cgroup.controllers", 4096) or ""
+            wanted = [k for k in ("memory", "pids") if k in controllers.split()]
+            directory = cgroup_directory(mount, v2) if wanted else None
+            for kind in wanted:
+                add(kind, mount, directory, kind + ".max")
         elif mount["fstype"] == "cgroup":
-            if "memory" in mount["super"] and "memory" in v1:
-                files += [
-                    (d + "/memory.limit_in_bytes", "memory")
-                    for d in cgroup_chain(mount, v1["memory"])
-                ]
-            if "pids" in mount["super"] and "pids" in v1:
-                files += [(d + "/pids.max", "pids") for d in cgroup_chain(mount, v1["pids"])]
-    return files
+            for kind, name in (("memory", "memory.limit_in_bytes"), ("pids", "pids.max")):
+                if kind in mount["super"] and kind in v1:
+                    add(kind, mount, cgroup_directory(mount, v1[kind]), name)
+    return files, found
 
 
 def read_limit(path, absurd):
@@ -1673,7 +2076,8 @@ def rlimit_nproc():
 
 def section_resources(settings):
     limits = {"memory": [], "pids": []}
-    for path, kind in limit_files(read_mounts()):
+    files, found = limit_files(visible_mounts(read_mounts()))
+    for path, kind in files:
         value = read_limit(path, ABSURD_MEMORY_LIMIT if kind == "memory" else PID_MAX_LIMIT)
         if value is not None:
             limits[kind].append(value)
@@ -1681,6 +2085,7 @@ def section_resources(settings):
         "memory_limit": min(limits["memory"]) if limits["memory"] else None,
         "pids_limit": min(limits["pids"]) if limits["pids"] else None,
         "rlimit_nproc": rlimit_nproc(),
+        "cgroup_found": found,
     }
 
 
@@ -1855,7 +2260,7 @@ def main():
     report = {
         "probe_format": PROBE_FORMAT,
         "probe_version": PROBE_VERSION,
-        "python": platform.python_version(),
+        "python": "%d.%d.%d" % sys.version_info[:3],
         "platform": sys.platform,
         "started_at": started_at,
         "elapsed_s": round(time.monotonic() - started, 3),
