@@ -612,3 +612,22 @@ def test_syscalls_refused_by_seccomp_are_reported_as_denied(run_probe, empty_hom
     literal = [t for t in report["sections"]["network"]["data"]["targets"]
                if t["host"] == "1.1.1.1"]
     assert literal[0]["result"] == "denied" and literal[0]["errno"] == "EACCES"
+
+
+def test_on_an_unknown_architecture_syscall_checks_are_not_measured_simulated(probe_module,
+                                                                              monkeypatch):
+    """Simulated: this machine is x86_64, so an unknown architecture is played by making the
+    probe read another machine name. Syscall numbers differ per architecture; a guess could
+    call the wrong syscall, so the probe must not make one."""
+    monkeypatch.setattr(probe_module, "platform_machine", lambda: "mips64")
+    assert probe_module.libc_handle() is None
+    assert probe_module.raw_syscall("io_uring_setup", 1, 0) is None
+    assert probe_module.io_uring_state() is None
+    assert probe_module.landlock_abi() is None
+    settings = probe_module.build_settings({}, time.monotonic())[0]
+    assert probe_module.section_keyring(settings)["session_keyring"] == "error"
+    namespaces = probe_module.section_namespaces(settings)
+    assert namespaces["user_ns_creatable"] is None and namespaces["mount_in_new_ns"] is None
+    # control: the real machine name gives real answers
+    monkeypatch.undo()
+    assert probe_module.io_uring_state()["result"] in ("creatable", "refused", "unavailable")
