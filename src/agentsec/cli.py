@@ -41,6 +41,7 @@ from agentsec.render.html import render_html
 from agentsec.render.terminal import findings_table, scores_table
 from agentsec.report import TEST_BLAST_RADIUS, Target, write_atomically
 from agentsec.runner import run_probe
+from agentsec.scoring.rank import ranked
 from agentsec.untrusted import parse_probe_output
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
@@ -295,8 +296,9 @@ def _load_reports(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
 @cli.command()
 @click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
 def compare(reports: tuple[Path, ...]) -> None:
-    """Side by side: label, score, raw score, each axis and the findings, one row per report."""
-    loaded = _load_reports(reports)
+    """Side by side: label, score, raw score, each axis and the findings, one row per report,
+    worst first (score, then raw score, then axis band: see agentsec.scoring.rank)."""
+    loaded = ranked(_load_reports(reports))
     _console().print(scores_table(loaded, title="Comparison", detailed=True))
 
 
@@ -423,7 +425,7 @@ def matrix(
         image, names, out_dir, python, lambda line: console.print(line, markup=False)
     )
     json_path, md_path = save_matrix(result, out_dir)
-    reports = [gate.load_report(Path(row["report"])) for row in result.rows]
+    reports = ranked(gate.load_report(Path(row["report"])) for row in result.rows)
     if reports:
         console.print(scores_table(reports, title=f"Matrix: {image or 'bubblewrap presets'}"))
     console.print(f"matrix: {json_path}  {md_path}", markup=False)
