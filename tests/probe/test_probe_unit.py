@@ -21,7 +21,13 @@ import time
 
 import pytest
 
-from tests.probe.conftest import X86_64_SYSCALLS, joining, seccomp_filter
+from tests.probe.conftest import (
+    PROBE_PATH,
+    X86_64_SYSCALLS,
+    joining,
+    require_namespaces,
+    seccomp_filter,
+)
 
 SECTION_NAMES = (
     "identity", "namespaces", "network", "proxy", "secrets_env", "credentials", "sockets",
@@ -631,3 +637,74 @@ def test_on_an_unknown_architecture_syscall_checks_are_not_measured_simulated(pr
     # control: the real machine name gives real answers
     monkeypatch.undo()
     assert probe_module.io_uring_state()["result"] in ("creatable", "refused", "unavailable")
+
+
+@pytest.mark.parametrize("value", [
+    {"a": "plain", "b": [1, 2.5, True, False, None, -3], "c": {"nested": []}},
+    "quote \" backslash \\ newline \n tab \t bell \x07 del \x7f",
+    "non-ASCII é ü ß 日本 and beyond the BMP 🙂 𝄞",
+    "lone surrogate \udc80 kept escaped",
+    ["", "\b\f\r", 0.031, 1e-7, 12345678901234567890],
+])
+def test_the_output_writer_matches_json_dumps(probe_module, value):
+    assert probe_module.json_text(value) == json.dumps(value, separators=(",", ":"))
+    assert json.loads(probe_module.json_text(value)) == value
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("agentcage:secret:GITHUB_TOKEN:" + "0123456789abcdef" * 2, True),
+    ("agentcage:secret:GITHUB_TOKEN:" + "0123456789ABCDEF" * 2, False),
+    ("agentcage:secret::" + "0" * 32, False),
+    ("agentcage:secret:A-B:" + "0" * 32, False),
+    ("agentcage:secret:A:" + "0" * 31, False),
+    ("agentcage:secret:A:" + "0" * 32 + "\n", False),
+    ("xagentcage:secret:A:" + "0" * 32, False),
+])
+def test_placeholders_are_recognised_exactly(probe_module, value, expected):
+    assert probe_module.is_placeholder(value) is expected
+
+
+@pytest.mark.parametrize(("field", "expected"), [
+    ("/plain/path", "/plain/path"),
+    ("/with\\040space\\011tab\\134back", "/with space\ttab\\back"),
+    ("/trailing\\04", "/trailing\\04"),
+    ("/not\\999octal", "/not\\999octal"),
+])
+def test_mountinfo_escapes_are_undone(probe_module, field, expected):
+    assert probe_module.unescape_mount_field(field) == expected
+
+
+@pytest.mark.parametrize("text", [
+    '{"egress": ["10.200.1.5:443"], "metadata": [], "public_networks": ["10.200.0.0/16"]}',
+    ' [1, 2.5, "x\\u00e9", null, true, false, {"a": {}}] ', '"s"', "0",
+])
+def test_the_override_reader_reads_what_json_reads(probe_module, text):
+    assert probe_module.json_value(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ['{"a": 1} x', "{bad", "", "[1,]", "NaN", '{"a": Infinity}'])
+def test_the_override_reader_refuses_what_is_not_one_json_value(probe_module, text):
+    with pytest.raises(ValueError):
+        probe_module.json_value(text)
+
+
+# Modules a run without an override, a proxy or network answers has no use for: each costs
+# start-up time in every sandboxed command (json, re and enum alone cost several milliseconds).
+NOT_IMPORTED = ("json", "re", "enum", "socket", "threading", "subprocess", "tempfile",
+                "ipaddress", "base64", "urllib", "platform", "collections", "contextlib",
+                "signal", "encodings.idna")
+
+
+@pytest.mark.netns
+def test_a_plain_run_imports_only_what_it_uses(empty_home):
+    require_namespaces()
+    run = subprocess.run(
+        ["unshare", "--net", "--", "/usr/bin/python3", "-X", "importtime", str(PROBE_PATH)],
+        capture_output=True, text=True, timeout=60,
+        env={"HOME": str(empty_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "ctypes" in imported  # control: the list is really read
+    assert imported.isdisjoint(NOT_IMPORTED), sorted(imported & set(NOT_IMPORTED))
+    assert json.loads(run.stdout)["sections"]["identity"]["ok"]

@@ -41,22 +41,21 @@ AGENTSEC_PROBE_TARGETS (a JSON object, or the path of a file holding one) replac
 targets below; AGENTSEC_PROBE_PATHS (a JSON list) asks the paths section about those paths.
 """
 
-import base64
-import collections
-import contextlib
+# Only what every run uses is imported here: start-up time is part of what a sandbox pays per
+# command. Modules a run may not need (ctypes, ipaddress, urllib, base64, pwd, resource, select,
+# json for reading an override) are imported where they are used. `_socket` and `_thread` are the
+# C modules under `socket` and `threading`, whose wrappers add nothing the probe uses. The output
+# is written by json_text below: the json module would import re and enum, a few milliseconds
+# of every run for a format this small.
+import _socket as socket
+import _thread
 import errno
-import ipaddress
-import json
 import math
 import os
-import re
-import socket
 import stat
 import struct
 import sys
-import threading
 import time
-import urllib.parse
 import warnings
 
 PROBE_FORMAT = 1
@@ -380,9 +379,19 @@ MAX_CGROUP_CANDIDATES = 512
 ABSURD_MEMORY_LIMIT = 1 << 60  # cgroup v1 writes "unlimited" as a number near 2**63
 PID_MAX_LIMIT = 1 << 22
 
-Settings = collections.namedtuple(
-    "Settings", "environ timeout budget_end section_deadline targets targets_error faults"
-)
+class Settings:
+    """What one run was asked to do, fixed at start."""
+
+    def __init__(self, environ, timeout, budget_end, section_deadline, targets, targets_error,
+                 faults):
+        self.environ = environ
+        self.timeout = timeout
+        self.budget_end = budget_end
+        self.section_deadline = section_deadline
+        self.targets = targets
+        self.targets_error = targets_error
+        self.faults = faults
+
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers.
@@ -529,34 +538,43 @@ def home_file_candidates(relative, homes):
 
 
 def run_concurrently(jobs, deadline):
-    """Run each (key, function) in its own daemon thread; wait until all end or the deadline.
+    """Run each (key, function) in its own thread; wait until all end or the deadline.
     Returns {key: ("value", v) | ("raised", exc)} for the jobs that ended. A job still running
-    at the deadline is left out; its daemon thread is abandoned (getaddrinfo cannot be
-    cancelled) and cannot delay the exit."""
+    at the deadline is left out; its thread is abandoned (getaddrinfo cannot be cancelled) and
+    cannot delay the exit, which is os._exit.
+
+    Threads come from _thread, not threading: threading.Thread.start() waits for each new
+    thread to report that it started, a hand-over of the interpreter lock per thread that costs
+    more than the checks themselves when a run starts thirty of them."""
     ended = {}
-    lock = threading.Lock()
+    lock = _thread.allocate_lock()
+    all_ended = _thread.allocate_lock()
+    all_ended.acquire()
+    waiting = [len(jobs)]
+
+    def finish(key, outcome):
+        with lock:
+            ended[key] = outcome
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                all_ended.release()
 
     def run_one(key, function):
         try:
             outcome = ("value", function())
         except Exception as exc:
             outcome = ("raised", exc)
-        with lock:
-            ended[key] = outcome
+        finish(key, outcome)
 
-    threads = []
+    if not jobs:
+        return {}
     for key, function in jobs:
-        thread = threading.Thread(target=run_one, args=(key, function), name="probe-%s" % key)
-        thread.daemon = True
         try:
-            thread.start()
+            _thread.start_new_thread(run_one, (key, function))
         except RuntimeError as exc:  # no thread left, e.g. under a pids limit
-            with lock:
-                ended[key] = ("raised", exc)
-            continue
-        threads.append(thread)
-    for thread in threads:
-        thread.join(max(0.0, remaining(deadline)))
+            finish(key, ("raised", exc))
+    if remaining(deadline) > 0:
+        all_ended.acquire(True, remaining(deadline))
     with lock:
         return dict(ended)
 
@@ -566,7 +584,7 @@ class Progress:
     still busy at the deadline is abandoned and its last step is what gets reported."""
 
     def __init__(self, **initial):
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._values = dict(initial)
 
     def update(self, **values):
@@ -637,6 +655,8 @@ def parse_endpoint_value(value):
 
 
 def parse_network_list(value):
+    import ipaddress
+
     if not isinstance(value, list):
         raise ValueError("expected a list of networks")
     for item in value:
@@ -667,10 +687,10 @@ def load_targets(environ):
     try:
         # Inline JSON, or a file's path: inline reaches sandboxes that do not see the file.
         if value.lstrip().startswith("{"):
-            override = json.loads(value)
+            override = json_value(value)
         else:
             with open(value, encoding="utf-8") as handle:
-                override = json.load(handle)
+                override = json_value(handle.read(1 << 20))
         if not isinstance(override, dict):
             raise ValueError("the override must be a JSON object")
         unknown = sorted(set(override) - set(TARGET_PARSERS))
@@ -681,6 +701,42 @@ def load_targets(environ):
     except (OSError, ValueError) as exc:
         return dict(DEFAULT_TARGETS), True, describe_exception(exc)
     return targets, True, None
+
+
+class JsonSettings:
+    """What the C scanner under the json module reads from its decoder: the defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError("%s is not JSON" % name)
+
+
+def json_value(text):
+    """Parse one JSON value (an override is a few hundred bytes). The json module's decoder
+    compiles regular expressions at import, a few milliseconds of every run that is given an
+    override; its C scanner, _json, needs none. Where _json is missing, json itself is used."""
+    try:
+        import _json
+
+        scan = _json.make_scanner(JsonSettings)
+    except (ImportError, AttributeError, TypeError):
+        import json
+
+        return json.loads(text)
+    start = len(text) - len(text.lstrip())
+    try:
+        value, end = scan(text, start)
+    except StopIteration as stop:
+        raise ValueError("not JSON at character %s" % stop.value) from None
+    if text[end:].strip():
+        raise ValueError("extra data after the JSON value at character %d" % end)
+    return value
 
 
 def require_targets(settings):
@@ -740,11 +796,13 @@ def connect_unix(path, deadline):
 
 
 def is_ip_literal(host):
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError):
+            continue
+        return True
+    return False
 
 
 def lookup_result(exc):
@@ -758,7 +816,8 @@ def resolve(host, port, family, sock_type):
     literal = is_ip_literal(host)
     flags = socket.AI_NUMERICHOST if literal else 0
     try:
-        infos = socket.getaddrinfo(host, port, family, sock_type, 0, flags)
+        # Bytes: a str host is IDNA-encoded first, which imports a codec; hosts here are ASCII.
+        infos = socket.getaddrinfo(host.encode("ascii"), port, family, sock_type, 0, flags)
     except socket.gaierror as exc:
         return ("literal" if literal else lookup_result(exc)), []
     seen, found = set(), []
@@ -954,6 +1013,7 @@ def file_owner(path):
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
 MS_REC_PRIVATE = 0x4000 | 0x40000
+SIGKILL = 9  # the signal module would cost an import for one number, the same on every Linux
 NAMESPACE_STEPS = ("user", "mount_ns", "private", "mount")
 
 
@@ -984,12 +1044,12 @@ def namespace_result(user_ns, mount, detail):
 
 
 def run_in_child(function, deadline):
-    """Run function() in a forked child and return the text it returns, or raise OSError. A fork
+    """Run function() in a forked child and return the line it answers, or raise OSError. A fork
     (no new interpreter) is enough: the child only makes syscalls through ctypes, already loaded,
     and writes one line to a pipe; a new user namespace needs a single-threaded process, which
-    the fork gives."""
+    the fork gives. The answer is read up to its newline, not to the child's exit: tearing down
+    the namespaces it made can take longer than making them, and nothing waits for that."""
     import select
-    import signal
 
     reader, writer = os.pipe()
     try:
@@ -1001,13 +1061,13 @@ def run_in_child(function, deadline):
     if pid == 0:  # the child: never returns, never runs the parent's clean-up
         try:
             os.close(reader)
-            os.write(writer, function().encode("ascii", "replace"))
+            os.write(writer, (function() + "\n").encode("ascii", "replace"))
         finally:
             os._exit(0)
     os.close(writer)
+    data = b""
     try:
-        data = b""
-        while remaining(deadline) > 0:
+        while b"\n" not in data and remaining(deadline) > 0:
             ready, _, _ = select.select([reader], [], [], remaining(deadline))
             chunk = os.read(reader, 4096) if ready else b""
             if not chunk:
@@ -1015,11 +1075,13 @@ def run_in_child(function, deadline):
             data += chunk
     finally:
         os.close(reader)
-        with contextlib.suppress(OSError):
-            if os.waitpid(pid, os.WNOHANG) == (0, 0):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-    return data.decode("ascii", "replace")
+        try:
+            if b"\n" not in data:  # no answer in time: it will not give one
+                os.kill(pid, SIGKILL)
+            os.waitpid(pid, os.WNOHANG)  # reaped now if done; else at exit, never waited on
+        except OSError:
+            pass
+    return data.decode("ascii", "replace").strip()
 
 
 def section_namespaces(settings):
@@ -1078,13 +1140,15 @@ def ipv6_default_gateway():
         if flags & RTF_UP and not flags & RTF_REJECT:
             found = True
             if fields[4] != "0" * 32 and gateway is None:
-                gateway = str(ipaddress.IPv6Address(bytes.fromhex(fields[4])))
+                gateway = socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[4]))
     return found, gateway
 
 
 def is_public(address, extra_networks):
+    import ipaddress
+
     ip = ipaddress.ip_address(address.split("%")[0])
-    return ip.is_global or any(ip in network for network in extra_networks)
+    return ip.is_global or any(ip in ipaddress.ip_network(n, strict=False) for n in extra_networks)
 
 
 def tcp_target_job(progress, host, port, family, deadline):
@@ -1191,7 +1255,7 @@ def unfinished_connection(host, port, **extra):
 
 def plan_network_checks(targets, gateway, deadline):
     """(progress by key, jobs): one worker per lookup-and-connect, all run at once."""
-    progress, jobs = collections.OrderedDict(), []
+    progress, jobs = {}, []
     endpoints = [(e, "egress") for e in targets["egress"]]
     endpoints += [(e, "metadata") for e in targets["metadata"]]
     endpoints += [(e, "interception_control") for e in targets["interception_control"]]
@@ -1217,7 +1281,7 @@ def plan_network_checks(targets, gateway, deadline):
     progress["udp"] = Progress(host=udp_host, port=udp_port, result="error")
     jobs.append(("udp", udp_dns_job(progress["udp"], udp_host, udp_port, deadline)))
     control = targets["dns_control"]
-    extra_networks = [ipaddress.ip_network(n, strict=False) for n in targets["public_networks"]]
+    extra_networks = list(targets["public_networks"])  # made into networks where they are used
     progress["control"] = Progress(name=control, lookup="timeout", addresses=[], public=False)
     jobs.append(("control", dns_control_job(progress["control"], control, extra_networks)))
     if gateway:
@@ -1280,6 +1344,8 @@ def proxy_scheme_word(scheme):
 def parse_proxy_url(url):
     """(scheme word, host, port, username, password). The URL holds credentials, so a parse
     error says nothing about it."""
+    import urllib.parse
+
     try:
         parts = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
         scheme = proxy_scheme_word(parts.scheme.lower())
@@ -1315,8 +1381,13 @@ def read_status_code(sock, deadline):
         if not chunk:
             break
         data += chunk
-    match = re.match(rb"HTTP/\d\.\d (\d{3})", data)
-    return int(match.group(1)) if match else None
+    words = data.split(b"\r\n", 1)[0].split(b" ", 2)
+    version = words[0]
+    is_http = len(version) == 8 and version[:5] == b"HTTP/" and version[6:7] == b"."
+    if not is_http or not (version[5:6] + version[7:8]).isdigit() or len(words) < 2:
+        return None
+    code = words[1]
+    return int(code) if len(code) == 3 and code.isdigit() else None
 
 
 def proxy_result(status):
@@ -1345,7 +1416,7 @@ def proxy_connect_job(progress, proxy, target, authorization, credentials_sent, 
             sock.connect(sockaddr)
             sock.sendall(connect_request(target[0], target[1], authorization))
             if authorization:
-                credentials_sent.set()
+                credentials_sent.append(True)
             status = read_status_code(sock, deadline)
             progress.update(status=status, result=proxy_result(status))
         except socket.timeout:
@@ -1372,12 +1443,14 @@ def section_proxy(settings):
     scheme, proxy_host, proxy_port, username, password = parse_proxy_url(url)
     asked = [(*parse_endpoint(e), False) for e in targets["egress"]]
     asked.append((*parse_endpoint(targets["proxy_control"]), True))
-    progress, jobs = collections.OrderedDict(), []
+    progress, jobs = {}, []
     authorization = None
     if settings.environ.get("AGENTSEC_PROBE_PROXY_AUTH") == "1" and username is not None:
+        import base64
+
         token = ("%s:%s" % (username, password)).encode("utf-8", "surrogateescape")
         authorization = base64.b64encode(token).decode("ascii")
-    credentials_sent = threading.Event()
+    credentials_sent = []  # appended to once a request carried the credentials
     for index, (host, port, control) in enumerate(asked):
         progress[index] = Progress(
             host=host,
@@ -1405,7 +1478,7 @@ def section_proxy(settings):
         "configured": True,
         "scheme": scheme,
         "auth_present": username is not None,
-        "auth_sent": credentials_sent.is_set(),
+        "auth_sent": bool(credentials_sent),
         "results": list(results.values()),
     }
 
@@ -1427,7 +1500,25 @@ def looks_like_secret_name(name):
 
 # agentcage's decoy format, public by design: a value of exactly this shape is a placeholder the
 # gateway swaps on the wire, not a secret. Only the yes/no answer leaves the probe.
-PLACEHOLDER_VALUE = re.compile(r"\Aagentcage:secret:[A-Za-z0-9_]+:[0-9a-f]{32}\Z")
+PLACEHOLDER_PREFIX = "agentcage:secret:"
+PLACEHOLDER_NAME_CHARACTERS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+)
+HEX_DIGITS = frozenset("0123456789abcdef")
+OCTAL_DIGITS = frozenset("01234567")
+
+
+def is_placeholder(value):
+    """`agentcage:secret:<NAME>:<32 lowercase hex>` and nothing else."""
+    if not value.startswith(PLACEHOLDER_PREFIX):
+        return False
+    name, separator, digits = value[len(PLACEHOLDER_PREFIX) :].rpartition(":")
+    return (
+        bool(separator and name)
+        and set(name) <= PLACEHOLDER_NAME_CHARACTERS
+        and len(digits) == 32
+        and set(digits) <= HEX_DIGITS
+    )
 
 
 def section_secrets_env(settings):
@@ -1435,7 +1526,7 @@ def section_secrets_env(settings):
         {
             "name": clean_text(name, 200),
             "length": len(value),
-            "placeholder": PLACEHOLDER_VALUE.match(value) is not None,
+            "placeholder": is_placeholder(value),
         }
         for name, value in sorted(settings.environ.items())
         if looks_like_secret_name(name) and not name.startswith(PROBE_SETTING_PREFIX)
@@ -1517,11 +1608,7 @@ def runtime_socket_paths(environ):
 def control_socket_results(environ, deadline):
     """Connect to a socket of the probe's own and to a path that does not exist: a refusal of
     the first means the whole syscall is refused, not one path."""
-    import tempfile
-
     missing = "/nonexistent-agentsec-%s/socket" % os.urandom(6).hex()
-    # mkdtemp gets a directory, so tempfile never searches for one: gettempdir() would write a
-    # test file with content into each candidate.
     base = next(
         (
             d
@@ -1530,11 +1617,14 @@ def control_socket_results(environ, deadline):
         ),
         None,
     )
-    try:
-        if base is None:
-            raise OSError(errno.ENOENT, "no directory for a temporary one")
-        directory = tempfile.mkdtemp(prefix=MARKER_PREFIX, dir=base)
-    except OSError:
+    directory = None
+    if base is not None:
+        directory = os.path.join(base, MARKER_PREFIX + os.urandom(8).hex())
+        try:
+            os.mkdir(directory, 0o700)  # a fresh name: it fails rather than reuse anything
+        except OSError:
+            directory = None
+    if directory is None:
         return {"own_socket": "not_attempted", "missing_path": connect_unix(missing, deadline)}
     try:
         own = listen_and_connect(os.path.join(directory, "s"), deadline)
@@ -1561,8 +1651,10 @@ def listen_and_connect(path, deadline):
 def remove_tree_of_one(directory, name):
     """Remove the control socket's directory and the one file it may hold."""
     for remove, path in ((os.unlink, os.path.join(directory, name)), (os.rmdir, directory)):
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib is one more import on every run
             remove(path)
+        except OSError:
+            pass
 
 
 def connect_existing_unix(path, deadline):
@@ -1733,9 +1825,10 @@ def extra_entries(theirs, ours):
 
 def section_proc_environ(settings):
     own = proc_self_pid()
-    own_tasks = set()
-    with contextlib.suppress(OSError):
+    try:
         own_tasks = {int(name) for name in os.listdir("/proc/self/task") if name.isdigit()}
+    except OSError:
+        own_tasks = set()
     state, ours = environ_entries("/proc/self/environ")
     if ours is None:
         raise OSError(errno.EACCES, "this process's own environ could not be read")
@@ -1779,7 +1872,19 @@ def section_proc_environ(settings):
 
 
 def unescape_mount_field(text):
-    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
+    """mountinfo writes space, tab, newline and backslash in a path as \\NNN (octal)."""
+    if "\\" not in text:
+        return text
+    parts, index = [], 0
+    while index < len(text):
+        code = text[index + 1 : index + 4]
+        if text[index] == "\\" and len(code) == 3 and set(code) <= OCTAL_DIGITS:
+            parts.append(chr(int(code, 8)))
+            index += 4
+        else:
+            parts.append(text[index])
+            index += 1
+    return "".join(parts)
 
 
 def read_mounts():
@@ -1981,8 +2086,11 @@ def directories_at_depth(base, depth):
     for _ in range(depth):
         below = []
         for directory in level:
-            with contextlib.suppress(OSError), os.scandir(directory) as entries:
-                below += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+            try:
+                with os.scandir(directory) as entries:
+                    below += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
             if len(below) > MAX_CGROUP_CANDIDATES:
                 return []
         level = below
@@ -2124,7 +2232,7 @@ def section_paths(settings):
     raw = settings.environ.get("AGENTSEC_PROBE_PATHS")
     if not raw:
         return {"requested": False, "entries": []}
-    paths = json.loads(raw)
+    paths = json_value(raw)
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise ValueError("AGENTSEC_PROBE_PATHS must be a JSON list of strings")
     return {"requested": True, "entries": [assert_path_entry(p) for p in paths[:MAX_ASSERT_PATHS]]}
@@ -2233,6 +2341,54 @@ def run_all(settings):
     return sections, context[1]
 
 
+JSON_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+
+
+def json_string(text):
+    """A JSON string in ASCII: what is not printable ASCII is escaped, as json.dumps would."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return '"' + text + '"'
+    parts = []
+    for character in text:
+        if character in JSON_ESCAPES:
+            parts.append(JSON_ESCAPES[character])
+        elif " " <= character <= "~":
+            parts.append(character)
+        elif ord(character) > 0xFFFF:
+            code = ord(character) - 0x10000
+            parts.append("\\u%04x\\u%04x" % (0xD800 | code >> 10, 0xDC00 | code & 0x3FF))
+        else:
+            parts.append("\\u%04x" % ord(character))
+    return '"' + "".join(parts) + '"'
+
+
+def json_text(value):
+    """The probe's output as compact JSON (json.dumps with separators (",", ":"))."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "null"
+    if isinstance(value, dict):
+        return "{%s}" % ",".join(json_string(str(k)) + ":" + json_text(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "[%s]" % ",".join(json_text(item) for item in value)
+    return json_string(value if isinstance(value, str) else str(value))
+
+
 def build_settings(environ, started):
     timeout = read_timeout(environ)
     targets, overridden, targets_error = load_targets(environ)
@@ -2271,7 +2427,7 @@ def main():
         "sections": sections,
     }
     try:
-        sys.stdout.write(json.dumps(report, separators=(",", ":"), default=str) + "\n")
+        sys.stdout.write(json_text(report) + "\n")
         sys.stdout.flush()
     except (OSError, ValueError):
         os._exit(1)
