@@ -5,6 +5,7 @@ down, so every connect fails at once), bubblewrap with --unshare-net, or a named
 loopback carries the local services below. No test sends a packet anywhere else.
 """
 
+import errno
 import importlib.util
 import json
 import os
@@ -286,9 +287,19 @@ def make_cgroups(with_limits):
     return made
 
 
-def remove_cgroups(directories):
+def remove_cgroups(directories, patience_s=5.0):
+    """Remove the cgroups once empty: the probe's namespace child may still be exiting (tearing
+    down the namespaces it made) for a moment after the probe itself has."""
+    deadline = time.monotonic() + patience_s
     for directory in directories:
-        os.rmdir(directory)
+        while True:
+            try:
+                os.rmdir(directory)
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
 
 def joining(directories):
