@@ -167,6 +167,7 @@ SEALED: dict[str, Any] = {
             "visible_pids": 2,
             "own_pid_namespace": True,
             "proc_is_foreign": False,
+            "proc_shows_host": False,
             "pid1_comm": "bwrap",
         },
         "persistence": {

@@ -264,7 +264,12 @@ FIRES = [
     ),
     ("FS-008", outputs.with_data("filesystem", core_pattern_writable=True)),
     ("FS-009", outputs.with_data("filesystem", proc_sys_writable=["/proc/sys/kernel/modprobe"])),
-    ("PROC-001", outputs.with_data("processes", own_pid_namespace=False, visible_pids=240)),
+    (
+        "PROC-001",
+        outputs.with_data(
+            "processes", own_pid_namespace=False, proc_shows_host=True, visible_pids=240
+        ),
+    ),
     (
         "PERS-001",
         outputs.with_data(
@@ -652,9 +657,29 @@ def test_gitconfig_and_a_token_less_npmrc_are_not_credentials():
     assert finding.evidence == ("~/.npmrc",)
 
 
-def test_a_foreign_proc_shows_host_processes_despite_an_own_pid_namespace():
-    out = outputs.with_data("processes", own_pid_namespace=True, proc_is_foreign=True)
-    assert "PROC-001" in _ids(out)
+def test_a_foreign_proc_shows_host_processes_only_when_it_is_the_hosts():
+    host = outputs.with_data(
+        "processes", own_pid_namespace=True, proc_is_foreign=True, proc_shows_host=True
+    )
+    assert "PROC-001" in _ids(host)
+    outer = outputs.with_data(
+        "processes", own_pid_namespace=True, proc_is_foreign=True, proc_shows_host=False
+    )
+    assert "PROC-001" not in _ids(outer)
+
+
+def test_an_older_probe_without_the_host_proc_fact_reads_the_namespace():
+    old = outputs.with_data("processes", own_pid_namespace=False)
+    del old["sections"]["processes"]["data"]["proc_shows_host"]
+    assert "PROC-001" in _ids(old)
+
+
+def test_the_sandboxs_own_proxy_password_is_not_a_secret():
+    own = {"name": "CLOUDSDK_PROXY_PASSWORD", "length": 32, "proxy_credential": True}
+    assert "SEC-002" not in _ids(outputs.with_data("secrets_env", names=[own]))
+    assert "SEC-002" in _ids(
+        outputs.with_data("secrets_env", names=[{**own, "proxy_credential": False}])
+    )
 
 
 def test_the_overflow_uid_that_opens_a_host_root_sysctl_is_host_root():

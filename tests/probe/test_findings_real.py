@@ -107,6 +107,22 @@ def test_pid1_that_kept_the_environment_cleared_for_the_sandbox_is_a_leak():
     assert secret not in report["_stdout"] and secret not in json.dumps(report)
 
 
+def test_pid1_whose_only_difference_is_an_adjusted_path_is_not_a_leak():
+    # Codex's wrapper prepends its own directory to PATH for the command it starts.
+    report = measure((*SANDBOX, "--unshare-pid", "--setenv", "PATH", "/opt/wrapper:/usr/bin:/bin",
+                      "--"))
+    assert data(report, "proc_environ")["pid1_holds_more"] is False
+    assert "SEC-004" not in ids(report)
+
+
+def test_pid1_that_kept_a_key_the_sandbox_got_as_a_decoy_is_a_leak():
+    secret = canary()
+    report = measure((*SANDBOX, "--unshare-pid", "--setenv", "AGENTSEC_TEST_API_TOKEN", "decoy",
+                      "--"), env={"AGENTSEC_TEST_API_TOKEN": secret})
+    assert "PID 1 holds AGENTSEC_TEST_API_TOKEN" in finding(report, "SEC-004")["evidence"]
+    assert secret not in report["_stdout"]
+
+
 def test_a_helper_process_with_the_same_environment_is_not_a_leak():
     # The subshell exits at once, so the helper is bwrap's child, not the probe's.
     helper = "(sleep 30 &); exec \"$@\""
@@ -307,6 +323,31 @@ def test_a_runtime_socket_without_a_filter_connects(runtime_socket):
     assert DOCKER_SOCKET & set(finding(report, "SEC-001")["evidence"])
 
 
+# --- SEC-002: the sandbox's own proxy password is not a secret from outside ------------------
+
+
+def test_the_password_of_the_sandboxs_own_proxy_is_not_a_secret():
+    # srt hands the sandbox its proxy's credentials in the proxy URLs and again, for gcloud, as
+    # CLOUDSDK_PROXY_PASSWORD: they open that proxy, which the proxy variables already open.
+    password = canary()
+    report = measure((*SANDBOX, "--"), env={
+        "HTTPS_PROXY": f"http://sandbox:{password}@127.0.0.1:9",
+        "CLOUDSDK_PROXY_PASSWORD": password,
+    })
+    names = {n["name"]: n for n in data(report, "secrets_env")["names"]}
+    assert names["CLOUDSDK_PROXY_PASSWORD"]["proxy_credential"] is True
+    assert "SEC-002" not in ids(report)
+    assert password not in report["_stdout"]
+
+
+def test_another_password_beside_the_proxys_is_a_secret():
+    report = measure((*SANDBOX, "--"), env={
+        "HTTPS_PROXY": f"http://sandbox:{canary()}@127.0.0.1:9",
+        "CLOUDSDK_PROXY_PASSWORD": canary(),
+    })
+    assert finding(report, "SEC-002")["evidence"] == ["CLOUDSDK_PROXY_PASSWORD"]
+
+
 # --- SEC-003: configuration is not a credential ---------------------------------------------
 
 
@@ -358,6 +399,15 @@ def test_own_pid_namespace_with_the_hosts_proc_shows_host_processes():
 def test_own_pid_namespace_with_its_own_proc_shows_none():
     report = measure((*SANDBOX, "--unshare-pid", "--"))
     assert data(report, "processes")["proc_is_foreign"] is False
+    assert "PROC-001" not in ids(report)
+
+
+def test_a_nested_pid_namespace_under_the_sandboxs_own_proc_shows_no_host_process():
+    # srt runs its command in a second pid namespace under bwrap's, keeping bwrap's /proc: it
+    # lists the sandbox's own helpers, numbered from the outer namespace, not the host's.
+    report = measure((*SANDBOX, "--unshare-pid", "--", "unshare", "--pid", "--fork", "--"))
+    processes = data(report, "processes")
+    assert processes["proc_is_foreign"] is True and processes["proc_shows_host"] is False
     assert "PROC-001" not in ids(report)
 
 

@@ -374,6 +374,9 @@ RTF_UP = 0x0001
 RTF_REJECT = 0x0200
 MAX_OTHER_PIDS = 200
 MAX_ENVIRON_BYTES = 1 << 20
+# Variables a shell sets per command: `_` is the path of the program it started, so a helper
+# started by the same shell always "differs" from the probe there, holding nothing more.
+SHELL_BOOKKEEPING = frozenset((b"_", b"SHLVL", b"PWD", b"OLDPWD"))
 MAX_REPORTED_NAMES = 50
 MAX_CGROUP_CANDIDATES = 512
 ABSURD_MEMORY_LIMIT = 1 << 60  # cgroup v1 writes "unlimited" as a number near 2**63
@@ -1521,12 +1524,28 @@ def is_placeholder(value):
     )
 
 
+def proxy_passwords(environ):
+    """The passwords in the proxy variables' URLs: the sandbox's own egress proxy, if any."""
+    found = set()
+    for variable in PROXY_VARIABLES:
+        url = environ.get(variable) or ""
+        credentials = url.partition("://")[2].partition("/")[0].rpartition("@")[0]
+        if ":" in credentials:
+            found.add(credentials.partition(":")[2])
+    return found
+
+
 def section_secrets_env(settings):
+    own_proxy = proxy_passwords(settings.environ)
     names = [
         {
             "name": clean_text(name, 200),
             "length": len(value),
             "placeholder": is_placeholder(value),
+            # The password of the proxy the sandbox itself routes egress through (srt hands it
+            # out again as CLOUDSDK_PROXY_PASSWORD): it opens that proxy, which the proxy
+            # variables already open, and nothing else. Only the yes/no leaves the probe.
+            "proxy_credential": bool(value) and value in own_proxy,
         }
         for name, value in sorted(settings.environ.items())
         if looks_like_secret_name(name) and not name.startswith(PROBE_SETTING_PREFIX)
@@ -1809,18 +1828,29 @@ def environ_entries(path):
     return "read", {entry for entry in b"".join(chunks).split(b"\0") if entry}
 
 
+def environ_dict(entries):
+    found = {}
+    for entry in entries:
+        name, _, value = entry.partition(b"=")
+        if name not in SHELL_BOOKKEEPING:
+            found[name] = value
+    return found
+
+
 def extra_entries(theirs, ours):
-    """How many NAME=VALUE entries another process holds that this one lacks, and the
-    secret-looking names among them. A helper of the sandbox's own (its init, a wrapper, a
-    proxy bridge) started with the same environment holds nothing more: reading it reveals
-    nothing this process does not already have."""
-    extra = theirs - ours
-    names = set()
-    for entry in extra:
-        name = entry.partition(b"=")[0].decode("utf-8", "replace")
-        if looks_like_secret_name(name):
-            names.add(clean_text(name, 200))
-    return len(extra), names
+    """How many variables another process holds beyond this one's, and the secret-looking names
+    among them. Beyond means a name this process lacks, or a secret-looking name whose value
+    differs (a wrapper that swapped a key for a decoy leaves the key with its parent). A helper
+    of the sandbox's own (its init, a wrapper, a proxy bridge) started with this environment, or
+    one a wrapper only adjusted (codex prepends to PATH), holds nothing more."""
+    their_values, our_values = environ_dict(theirs), environ_dict(ours)
+    names = []
+    for name, value in their_values.items():
+        text = name.decode("utf-8", "replace")
+        swapped = our_values.get(name, value) != value and looks_like_secret_name(text)
+        if name not in our_values or swapped:
+            names.append(text)
+    return len(names), {clean_text(n, 200) for n in names if looks_like_secret_name(n)}
 
 
 def section_proc_environ(settings):
@@ -1994,8 +2024,21 @@ def section_processes(settings):
         # A /proc mounted from another pid namespace (the host's, bound in) numbers this
         # process differently from getpid(), and lists that namespace's processes.
         "proc_is_foreign": proc_self_pid() != os.getpid(),
+        "proc_shows_host": proc_shows_host(),
         "pid1_comm": clean_text(comm.strip(), 64) if comm else None,
     }
+
+
+def proc_shows_host():
+    """Whether the mounted /proc lists the host's processes: kernel threads (kthreadd is pid 2,
+    with no parent) exist only in the initial pid namespace. A sandbox nested in pid namespaces
+    of its own (srt runs its command in a second one under bwrap's) shows its own helpers under
+    the outer /proc, not the host's. None when /proc cannot be read at all."""
+    stat_line = read_text("/proc/2/stat", 4096)
+    if stat_line is None:
+        return False if existence("/proc/self")[0] else None
+    fields = stat_line.rpartition(")")[2].split()
+    return len(fields) > 1 and fields[1] == "0"
 
 
 def section_persistence(settings):

@@ -385,11 +385,12 @@ def runtime_socket_refused(facts: Facts) -> Hit | None:
 
 
 def secret_env_names(facts: Facts) -> Hit | None:
-    # agentcage placeholders are decoys the gateway swaps on the wire: nothing to steal.
+    # agentcage placeholders are decoys the gateway swaps on the wire: nothing to steal. The
+    # password of the sandbox's own egress proxy opens only that proxy, already open to it.
     return _hit(
         str(r.get("name"))
         for r in facts.records("secrets_env", "names")
-        if r.get("placeholder") is not True
+        if r.get("placeholder") is not True and r.get("proxy_credential") is not True
     )
 
 
@@ -609,14 +610,18 @@ def proc_sys_writable(facts: Facts) -> Hit | None:
 def host_processes_visible(facts: Facts) -> Hit | None:
     visible = facts.optional("processes", "visible_pids", int)
     detail = (f"{visible} processes visible",) if visible is not None else ()
-    if not facts.value("processes", "own_pid_namespace", bool):
+    own = facts.value("processes", "own_pid_namespace", bool)
+    data = facts.section("processes")
+    if "proc_shows_host" not in data:  # an older probe: the namespace is all it could say
+        return None if own else Hit(("PID namespace shared with the host",), detail=detail)
+    if not facts.value("processes", "proc_shows_host", bool):
+        # Its own /proc, or the /proc of the sandbox's outer pid namespace (its own helpers).
+        return None
+    if not own:
         return Hit(("PID namespace shared with the host",), detail=detail)
-    # A pid namespace of its own, but the /proc of another (the host's, bound in): every
-    # process of that namespace is listed, its command lines and its open files.
-    if facts.optional("processes", "proc_is_foreign", bool):
-        return Hit(("/proc belongs to another PID namespace and lists its processes",),
-                   detail=detail)
-    return None
+    # A pid namespace of its own, but the host's /proc bound in: every host process is listed,
+    # with its command line and its open files.
+    return Hit(("/proc is the host's and lists its processes",), detail=detail)
 
 
 def _appendable(kind: str) -> Detector:
