@@ -236,12 +236,20 @@ def br_command(template: str, **opts: Any) -> None:
 @click.argument("extra_flags", nargs=-1, type=click.UNPROCESSED)
 @click.option("--image", default=None, help="The image, for container presets.")
 @click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
+@click.option(
+    "--as-user", default=None, metavar="UID[:GID]", help="Peer presets, from root: start as."
+)
 @_options(*LAUNCH, *GATES)
 def br_preset(
-    name: str, extra_flags: tuple[str, ...], image: str | None, engine_bin: str | None, **opts: Any
+    name: str,
+    extra_flags: tuple[str, ...],
+    image: str | None,
+    engine_bin: str | None,
+    as_user: str | None,
+    **opts: Any,
 ) -> None:
     """A configuration shipped in presets.json (`agentsec presets` lists them)."""
-    launch = preset_launch(name, "", image, extra_flags, engine_bin, opts["python"])
+    launch = preset_launch(name, "", image, extra_flags, engine_bin, opts["python"], as_user)
     _run_launch(launch, f"{name}_{image}" if image else name, opts)
 
 
