@@ -452,7 +452,8 @@ def demo(out_dir: Path) -> None:
 
     console = _console()
     saved = run_demo(out_dir, console)
-    console.print(scores_table([s.report for s in saved], title="Blast radius, fake internet"))
+    reports = ranked(s.report for s in saved)
+    console.print(scores_table(reports, title="Blast radius, fake internet"))
     for item in saved:
         console.print(f"{item.report['label']}: {item.json_path}", markup=False)
 
