@@ -632,8 +632,8 @@ def test_on_an_unknown_architecture_syscall_checks_are_not_measured_simulated(pr
     assert probe_module.landlock_abi() is None
     settings = probe_module.build_settings({}, time.monotonic())[0]
     assert probe_module.section_keyring(settings)["session_keyring"] == "error"
-    namespaces = probe_module.section_namespaces(settings)
-    assert namespaces["user_ns_creatable"] is None and namespaces["mount_in_new_ns"] is None
+    # unshare and mount are libc's own functions, not syscalls by number: still measured.
+    assert probe_module.section_namespaces(settings)["user_ns_creatable"] in (True, False)
     # control: the real machine name gives real answers
     monkeypatch.undo()
     assert probe_module.io_uring_state()["result"] in ("creatable", "refused", "unavailable")

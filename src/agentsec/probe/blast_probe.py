@@ -361,9 +361,6 @@ SYSCALL_NUMBERS = {
 KEYCTL_GET_KEYRING_ID = 0
 KEYCTL_DESCRIBE = 6
 KEYCTL_READ = 11
-KEY_SPEC_SESSION_KEYRING = -3
-# thread, process, session, user and user-session keyrings: what the process possesses
-POSSESSED_KEYRINGS = (-1, -2, -3, -4, -5)
 MAX_KEYS = 256
 LANDLOCK_CREATE_RULESET_VERSION = 1
 IO_URING_PARAMS_SIZE = 120  # sizeof(struct io_uring_params), zeroed: the kernel's defaults
@@ -853,20 +850,26 @@ def capability_names(mask):
     ]
 
 
+def libc_functions():
+    """(ctypes, libc) for calling libc's own wrappers (unshare, mount), which need no syscall
+    number and so work on any architecture; None without ctypes."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
 def libc_handle():
     """(ctypes, libc) for syscalls by number, or None where numbers for this interpreter are
     not known (see SYSCALL_NUMBERS) or ctypes is missing."""
     if platform_machine() not in SYSCALL_NUMBERS:
         return None
-    try:
-        import ctypes
-    except ImportError:
+    handle = libc_functions()
+    if handle is None or handle[0].sizeof(handle[0].c_void_p) != 8:
         return None
-    if ctypes.sizeof(ctypes.c_void_p) != 8:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return ctypes, libc
+    handle[1].syscall.restype = handle[0].c_long
+    return handle
 
 
 def platform_machine():
@@ -1088,9 +1091,9 @@ def run_in_child(function, deadline):
 
 
 def section_namespaces(settings):
-    handle = libc_handle()
+    handle = libc_functions()
     if handle is None:
-        return namespace_result(None, None, "syscalls cannot be made here (ctypes or arch)")
+        return namespace_result(None, None, "ctypes is missing")
 
     def child():
         steps = namespace_steps(*handle)
@@ -1727,57 +1730,66 @@ def key_type(key):
 
 
 def keys_in_reach():
-    """{key id: type} for keys listed in /proc/keys and keys reached from the keyrings the
-    process possesses (walked through nested keyrings). /proc/keys names the type as its 8th
-    field; nothing else of a line is kept."""
-    found = {}
-    for line in read_lines("/proc/keys"):
+    """{key id: type} for the keys /proc/keys lists and those inside the keyrings it lists
+    (walked through nested keyrings), or None when /proc/keys cannot be read or is masked (a
+    character device bound over it, as container runtimes do). Only key ids that already exist
+    are used: asking for a special keyring (@s, @u) of a uid that has none makes the kernel
+    create that uid's keyrings, which then outlive the probe."""
+    try:
+        if not stat.S_ISREG(os.stat("/proc/keys").st_mode):
+            return None
+    except OSError:
+        return None
+    lines = read_lines("/proc/keys")
+    found, pending = {}, []
+    for line in lines:
         fields = line.split()
         if len(fields) >= 8:
             try:
-                found[int(fields[0], 16)] = fields[7]
+                key = int(fields[0], 16)
             except ValueError:
                 continue
-    pending = list(POSSESSED_KEYRINGS)
+            found[key] = fields[7]  # the type; the description is not kept
+            if fields[7] == "keyring":
+                pending.append(key)
     while pending and len(found) < MAX_KEYS:
-        keyring = pending.pop()
-        members = keyctl_buffer(KEYCTL_READ, keyring, 4 * MAX_KEYS)
-        if not members:
-            continue
+        members = keyctl_buffer(KEYCTL_READ, pending.pop(), 4 * MAX_KEYS) or b""
         for (member,) in struct.iter_unpack("=i", members[: len(members) // 4 * 4]):
-            if member in found:
-                continue
-            found[member] = key_type(member)
-            if found[member] == "keyring":
-                pending.append(member)
+            if member not in found:
+                found[member] = key_type(member)
+                if found[member] == "keyring":
+                    pending.append(member)
     return found
 
 
 def section_keyring(settings):
-    outcome = raw_syscall("keyctl", KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)
+    # An invalid keyring id answers EINVAL where keyctl works and the sandbox's refusal where it
+    # does not, and creates nothing (a special id such as @s could create keyrings).
+    outcome = raw_syscall("keyctl", KEYCTL_GET_KEYRING_ID, 0, 0)
     if outcome is None:
         session = "error"
-    elif outcome[0] >= 0:
+    elif outcome[1] == errno.EINVAL:
         session = "accessible"
-    elif outcome[1] in (errno.EACCES, errno.EPERM, errno.ENOSYS, errno.ENOKEY):
-        session = "denied"  # refused by the sandbox (seccomp answers ENOSYS), or no keyring
+    elif outcome[1] in (errno.EACCES, errno.EPERM, errno.ENOSYS):
+        session = "denied"  # refused by the sandbox (seccomp answers ENOSYS)
     else:
         session = "error"
     keys = read_text("/proc/keys")  # counted only: descriptions never leave this function
+    reach = keys_in_reach() if session == "accessible" else {}
     readable_types = {}
-    if session != "error":
-        for key, kind in sorted(keys_in_reach().items()):
-            if kind in (None, "keyring"):
-                continue
-            # KEYCTL_READ with no buffer answers the payload's size and copies nothing out.
-            read = raw_syscall("keyctl", KEYCTL_READ, key, 0, 0)
-            if read is not None and read[0] >= 0:
-                kind = clean_text(kind, 40)
-                readable_types[kind] = readable_types.get(kind, 0) + 1
+    for key, kind in sorted((reach or {}).items()):
+        if kind in (None, "keyring"):
+            continue
+        # KEYCTL_READ with no buffer answers the payload's size and copies nothing out.
+        read = raw_syscall("keyctl", KEYCTL_READ, key, 0, 0)
+        if read is not None and read[0] >= 0:
+            kind = clean_text(kind, 40)
+            readable_types[kind] = readable_types.get(kind, 0) + 1
+    unknown = session == "error" or reach is None
     return {
         "session_keyring": session,
         "visible_keys": None if keys is None else len(keys.splitlines()),
-        "readable_keys": None if session == "error" else sum(readable_types.values()),
+        "readable_keys": None if unknown else sum(readable_types.values()),
         "readable_key_types": sorted(readable_types),
     }
 
