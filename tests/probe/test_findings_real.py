@@ -234,6 +234,41 @@ def test_the_hosts_tmpfs_bound_over_a_system_directory_is_a_host_write():
     assert "/opt" in finding(report, "FS-001")["evidence"]
 
 
+# --- FS-003: a read-write host mount is a finding where a write lands ------------------------
+
+
+@pytest.fixture
+def host_dir():
+    """A root-owned directory any uid can reach (pytest's own tmp is root's alone)."""
+    base = Path(tempfile.mkdtemp(prefix="agentsec-mount-", dir="/var/tmp"))
+    base.chmod(0o755)
+    data_dir = base / "data"
+    data_dir.mkdir(mode=0o755)
+    try:
+        yield data_dir
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_read_write_host_mount_the_sandbox_user_cannot_write_is_not_a_finding(host_dir):
+    data_dir = host_dir  # root's, mode 755: mounted read-write, but not for uid 65534
+    report = measure((*DROP, *SANDBOX, "--tmpfs", "/opt", "--bind", str(data_dir), "/opt/data",
+                      "--"))
+    mounts = {m["mountpoint"]: m for m in data(report, "filesystem")["host_mounts"]}
+    assert mounts["/opt/data"]["rw"] is True and mounts["/opt/data"]["writable"] is False
+    assert "/opt/data" not in (finding(report, "FS-003")["evidence"]
+                               if "FS-003" in ids(report) else [])
+
+
+def test_a_read_write_host_mount_the_sandbox_user_can_write_is_a_finding(host_dir):
+    data_dir = host_dir
+    data_dir.chmod(0o777)
+    report = measure((*DROP, *SANDBOX, "--tmpfs", "/opt", "--bind", str(data_dir), "/opt/data",
+                      "--"))
+    assert "/opt/data" in finding(report, "FS-003")["evidence"]
+    assert list(data_dir.iterdir()) == []  # the marker was removed
+
+
 # --- SEC-009: keys, not keyrings ------------------------------------------------------------
 
 # `keyctl session -` starts the command in a fresh session keyring; it says so on stderr, which

@@ -26,9 +26,9 @@ What it never does:
 - print the proxy's address or credentials;
 - write to the kernel: /proc/sysrq-trigger and the /proc/sys files are opened for writing and
   closed without a byte written;
-- create any file except one zero-byte marker per probed directory, made with O_EXCL under a
-  random name and deleted at once (plus one temporary directory holding its own control socket,
-  removed when the check ends);
+- create any file except one zero-byte marker per probed directory (the fixed list, and each
+  read-write host mount), made with O_EXCL under a random name and deleted at once (plus one
+  temporary directory holding its own control socket, removed when the check ends);
 - create or change a persistence file: only files that already exist are opened, for append,
   and closed without writing, so their content and modification time stay the same;
 - change anything in its own namespaces: unshare and mount are tried in a forked child; an
@@ -2000,6 +2000,11 @@ def section_filesystem(settings):
             "fstype": m["fstype"],
             "rw": "rw" in m["options"],
             "root": clean_text(m["root"]),
+            # A mount read-write at the mount level can still refuse this process (its owner,
+            # Landlock, a seccomp rule): whether a write lands is tried, as for the system paths.
+            "writable": "rw" in m["options"] and path_writable(
+                m["mountpoint"], os.path.isdir(m["mountpoint"])
+            ),
         }
         for m in mounts
         if m["fstype"] in BLOCK_FILESYSTEMS and m["mountpoint"] != "/"

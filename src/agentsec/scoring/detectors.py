@@ -540,10 +540,13 @@ def root_rw(facts: Facts) -> Hit | None:
 
 
 def host_rw_mounts(facts: Facts) -> Hit | None:
+    # Mounted read-write and a write really lands (an older probe said only the former).
     return _hit(
         str(r.get("mountpoint"))
         for r in facts.records("filesystem", "host_mounts")
-        if r.get("rw") is True and r.get("mountpoint") not in _RUNTIME_MANAGED_MOUNTS
+        if r.get("rw") is True
+        and r.get("writable") is not False
+        and r.get("mountpoint") not in _RUNTIME_MANAGED_MOUNTS
     )
 
 
