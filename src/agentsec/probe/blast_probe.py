@@ -361,6 +361,7 @@ SYSCALL_NUMBERS = {
 KEYCTL_GET_KEYRING_ID = 0
 KEYCTL_DESCRIBE = 6
 KEYCTL_READ = 11
+OWN_KEYRINGS = (-1, -2, -3)  # thread, process, session: never the user keyrings (see below)
 MAX_KEYS = 256
 LANDLOCK_CREATE_RULESET_VERSION = 1
 IO_URING_PARAMS_SIZE = 120  # sizeof(struct io_uring_params), zeroed: the kernel's defaults
@@ -1730,19 +1731,18 @@ def key_type(key):
 
 
 def keys_in_reach():
-    """{key id: type} for the keys /proc/keys lists and those inside the keyrings it lists
-    (walked through nested keyrings), or None when /proc/keys cannot be read or is masked (a
-    character device bound over it, as container runtimes do). Only key ids that already exist
-    are used: asking for a special keyring (@s, @u) of a uid that has none makes the kernel
-    create that uid's keyrings, which then outlive the probe."""
-    try:
-        if not stat.S_ISREG(os.stat("/proc/keys").st_mode):
-            return None
-    except OSError:
-        return None
-    lines = read_lines("/proc/keys")
+    """{key id: type} for the keys /proc/keys lists and those inside the keyrings it lists,
+    walked through nested keyrings. Where /proc/keys is masked (a character device bound over
+    it, as container runtimes do) or unreadable, the walk starts from the thread, process and
+    session keyrings instead. The user keyrings (@u, @us) are never named: asking for them, or
+    for @s where a process has no session keyring, makes the kernel create that uid's keyrings,
+    which outlive the probe (container runtimes give every container a session keyring)."""
     found, pending = {}, []
-    for line in lines:
+    try:
+        listed = stat.S_ISREG(os.stat("/proc/keys").st_mode)
+    except OSError:
+        listed = False
+    for line in read_lines("/proc/keys") if listed else []:
         fields = line.split()
         if len(fields) >= 8:
             try:
@@ -1752,6 +1752,8 @@ def keys_in_reach():
             found[key] = fields[7]  # the type; the description is not kept
             if fields[7] == "keyring":
                 pending.append(key)
+    if not listed:
+        pending = list(OWN_KEYRINGS)
     while pending and len(found) < MAX_KEYS:
         members = keyctl_buffer(KEYCTL_READ, pending.pop(), 4 * MAX_KEYS) or b""
         for (member,) in struct.iter_unpack("=i", members[: len(members) // 4 * 4]):
@@ -1777,7 +1779,7 @@ def section_keyring(settings):
     keys = read_text("/proc/keys")  # counted only: descriptions never leave this function
     reach = keys_in_reach() if session == "accessible" else {}
     readable_types = {}
-    for key, kind in sorted((reach or {}).items()):
+    for key, kind in sorted(reach.items()):
         if kind in (None, "keyring"):
             continue
         # KEYCTL_READ with no buffer answers the payload's size and copies nothing out.
@@ -1785,7 +1787,7 @@ def section_keyring(settings):
         if read is not None and read[0] >= 0:
             kind = clean_text(kind, 40)
             readable_types[kind] = readable_types.get(kind, 0) + 1
-    unknown = session == "error" or reach is None
+    unknown = session == "error"
     return {
         "session_keyring": session,
         "visible_keys": None if keys is None else len(keys.splitlines()),
