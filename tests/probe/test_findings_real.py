@@ -294,6 +294,18 @@ def test_a_readable_key_in_the_session_keyring_is_a_finding():
     assert secret not in report["_stdout"]
 
 
+@pytest.mark.parametrize("keys", [0, 1])
+def test_keys_are_still_counted_where_proc_keys_is_masked(keys):
+    # Container runtimes bind /dev/null over /proc/keys; the walk then starts from the keyrings
+    # the process holds, and the secrets axis stays measured either way.
+    add = (f"keyctl add user agentsec-test {canary()} @s >/dev/null && " if keys else "")
+    report = measure((*FRESH_SESSION, "sh", "-c", add + 'exec "$@"', "sh", *SANDBOX,
+                      "--ro-bind", "/dev/null", "/proc/keys", "--"))
+    assert data(report, "keyring")["readable_keys"] == keys
+    assert ("SEC-009" in ids(report)) is bool(keys)
+    assert axis(report, "secrets") != "not_measured"
+
+
 # --- SEC-006: a blanket refusal of unix sockets is not a path rule --------------------------
 
 needs_x86_64 = pytest.mark.skipif(platform.machine() != "x86_64",
