@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 
 from agentsec import service
 from agentsec.launchers import load_presets
+from agentsec.peers import CODEX_HOME
 from agentsec.render.states import axis_cell
 from agentsec.report import Target
 from agentsec.scoring.rank import ranked, score_text
@@ -62,6 +64,8 @@ def measure(out_dir: Path) -> None:
         raise SystemExit("profiles measure: run as root (it starts sandboxes as root and uid 1000)")
     peers = [name for name, p in load_presets().items() if p.is_peer]
     base = Path(tempfile.mkdtemp(prefix="agentsec-profiles-", dir="/var/tmp"))  # not /tmp: Codex
+    # Codex keeps its CODEX_HOME in the ordinary user's home: removed again if made here.
+    made = first_missing(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir), CODEX_HOME)
     try:
         home, work = base / "home", base / "work"
         for relative, text in PLANTED.items():
@@ -86,6 +90,18 @@ def measure(out_dir: Path) -> None:
                 print(f"measured {label}", file=sys.stderr)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def first_missing(home: Path, relative: str) -> Path | None:
+    """The outermost directory of home/relative that does not exist yet."""
+    path = home
+    for part in Path(relative).parts:
+        path = path / part
+        if not path.exists():
+            return path
+    return None
 
 
 def add(report_path: Path, label: str, out_dir: Path) -> Path:
