@@ -13,5 +13,5 @@ test:
 lint:
 	.venv/bin/ruff check src tests bench
 
-bench: setup
-	.venv/bin/python bench/probe_time.py
+bench: setup  # PUBLIC_PROBE=path/to/agentsec-pack/agentsec/probe/blast_probe.py
+	.venv/bin/python bench/probe_time.py --public-probe "$(PUBLIC_PROBE)"

@@ -58,6 +58,9 @@ log "installing agentcage and its dependencies into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[gateway,dev]' 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import agentsec, agentcage, mitmproxy' >/dev/null
+
+# The agents' own sandboxes that agentsec's peer presets measure (srt, codex), pinned.
+./scripts/setup-peers.sh
 log "ready: .venv/bin/agentsec and .venv/bin/agentcage"
 # The measurement half's browser and promptfoo tests need chromium and a pinned promptfoo.
 ./scripts/setup-measure.sh

@@ -51,6 +51,7 @@ from agentsec.render.terminal import findings_table, scores_table
 from agentsec.report import Target, write_atomically
 from agentsec.results import GateCheck, Results, document
 from agentsec.runner import run_probe
+from agentsec.scoring.rank import ranked
 from agentsec.untrusted import parse_probe_output
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
@@ -345,12 +346,20 @@ def br_command(template: str, **opts: Any) -> None:
 @click.argument("extra_flags", nargs=-1, type=click.UNPROCESSED)
 @click.option("--image", default=None, help="The image, for container presets.")
 @click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
+@click.option(
+    "--as-user", default=None, metavar="UID[:GID]", help="Peer presets, from root: start as."
+)
 @_options(*LAUNCH, *GATES)
 def br_preset(
-    name: str, extra_flags: tuple[str, ...], image: str | None, engine_bin: str | None, **opts: Any
+    name: str,
+    extra_flags: tuple[str, ...],
+    image: str | None,
+    engine_bin: str | None,
+    as_user: str | None,
+    **opts: Any,
 ) -> None:
     """A configuration shipped in presets.json (`agentsec presets` lists them)."""
-    launch = preset_launch(name, "", image, extra_flags, engine_bin, opts["python"])
+    launch = preset_launch(name, "", image, extra_flags, engine_bin, opts["python"], as_user)
     _run_launch(launch, f"{name}_{image}" if image else name, opts)
 
 
@@ -412,8 +421,9 @@ def diff(old: Path, new: Path, as_json: bool) -> None:
 @click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
 @JSON_FLAG
 def compare(reports: tuple[Path, ...], as_json: bool) -> None:
-    """Side by side: label, score, raw score, each axis and the findings, one row per report."""
-    loaded = load_reports(reports)
+    """Side by side: label, score, raw score, each axis and the findings, one row per report,
+    worst first (score, then raw score, then axis band: see agentsec.scoring.rank)."""
+    loaded = ranked(load_reports(reports))
     if as_json:
         rows = [
             {
@@ -567,7 +577,7 @@ def matrix(
         image, names, out_dir, python, lambda line: console.print(line, markup=False)
     )
     json_path, md_path = save_matrix(result, out_dir)
-    reports = [gate.load_report(Path(row["report"])) for row in result.rows]
+    reports = ranked(gate.load_report(Path(row["report"])) for row in result.rows)
     if as_json:
         emit_json(result.as_dict())
     elif reports:
@@ -589,10 +599,11 @@ def demo(out_dir: Path, as_json: bool) -> None:
 
     console = _console(as_json)
     saved = run_demo(out_dir, console)
+    reports = ranked(s.report for s in saved)
     if as_json:
-        emit_json(document("demo", reports=[s.report for s in saved]))
+        emit_json(document("demo", reports=reports))
     else:
-        console.print(scores_table([s.report for s in saved], title="Blast radius, fake internet"))
+        console.print(scores_table(reports, title="Blast radius, fake internet"))
     for item in saved:
         console.print(f"{item.report['label']}: {item.json_path}", markup=False)
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from agentsec import peers
 from agentsec.errors import AgentsecError
 from agentsec.report import Target
 from agentsec.runner import PROBE_PATH
 
-ENGINES = ("bwrap", "docker", "podman")
+ENGINES = ("bwrap", "docker", "podman", *peers.PEER_ENGINES)
 PROBE_SETTINGS = (
     "AGENTSEC_PROBE_TIMEOUT",
     "AGENTSEC_PROBE_TARGETS",
@@ -44,10 +45,19 @@ class Preset:
     rationale: str
     drop_to: str | None = None
     rootless: bool = False
+    # Peers (srt, codex): the version measured, srt's settings file under data/, and settings
+    # the probe needs inside that sandbox.
+    version: str | None = None
+    settings: str | None = None
+    probe_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def needs_image(self) -> bool:
-        return self.engine != "bwrap"
+        return self.engine in ("docker", "podman")
+
+    @property
+    def is_peer(self) -> bool:
+        return self.engine in peers.PEER_ENGINES
 
 
 @dataclass(frozen=True)
@@ -69,9 +79,14 @@ def load_presets() -> dict[str, Preset]:
             rationale=raw["rationale"],
             drop_to=raw.get("drop_to"),
             rootless=raw.get("rootless", False),
+            version=raw.get("version"),
+            settings=raw.get("settings"),
+            probe_env=tuple(sorted(raw.get("probe_env", {}).items())),
         )
         if preset.engine not in ENGINES:
             raise LaunchError(f"preset {preset.name}: unknown engine {preset.engine!r}")
+        if preset.is_peer and not preset.version:
+            raise LaunchError(f"preset {preset.name}: a peer preset pins the version it measures")
         presets[preset.name] = preset
     return presets
 
@@ -211,6 +226,28 @@ def cage_launch(name: str, how: str, agentcage_bin: str | None = None,
     return Launch(prefix=prefix, python=python, target=target)
 
 
+def peer_launch(preset: Preset, how: str, extra_flags: Sequence[str], python: str,
+                as_user: str | None) -> Launch:
+    """An agent's own sandbox (srt, codex sandbox), as the invoking user or, from root, as
+    another one (as_user 'UID[:GID]'), started with that user's home."""
+    run_as = peers.RunAs.parse(as_user) if as_user else None
+    if run_as is not None and os.geteuid() != 0:
+        raise LaunchError("--as-user needs root: only root can start the sandbox as another uid")
+    flags = (*preset.flags, *extra_flags)
+    prefix = peers.peer_argv(preset.engine, preset.version or "", flags, preset.settings,
+                             dict(preset.probe_env), run_as)
+    who = f"uid {run_as.uid}" if run_as else f"uid {os.geteuid()}"
+    target = Target(
+        kind="preset",
+        how=how or f"{preset.engine} {preset.version}, preset {preset.name}, as {who}",
+        engine=preset.engine,
+        flags=flags,
+        command=(*prefix, python, "-"),
+        preset=preset.name,
+    )
+    return Launch(prefix=prefix, python=python, target=target)
+
+
 def preset_launch(
     name: str,
     how: str,
@@ -218,8 +255,14 @@ def preset_launch(
     extra_flags: Sequence[str] = (),
     engine_bin: str | None = None,
     python: str = "python3",
+    as_user: str | None = None,
 ) -> Launch:
     preset = get_preset(name)
+    if preset.is_peer:
+        return peer_launch(preset, how, extra_flags, python, as_user)
+    if as_user is not None:
+        raise LaunchError("--as-user applies to peer presets (srt, codex); bwrap presets that "
+                          "drop root name their uid in presets.json")
     flags = (*preset.flags, *extra_flags)
     if preset.engine == "bwrap":
         return bwrap_launch(flags, how, python, preset=name, drop_to=preset.drop_to)
@@ -239,6 +282,14 @@ class Availability:
 
 def availability(preset: Preset) -> Availability:
     """Whether this host can run a preset now, and if not, why (for `agentsec presets`)."""
+    if preset.is_peer:
+        if peers.find_tool(preset.engine) is None:
+            return Availability(preset, False, f"{preset.engine} {preset.version} is not "
+                                "installed (scripts/setup-peers.sh)")
+        missing = peers.missing_helpers(preset.engine)
+        if missing:
+            return Availability(preset, False, f"{preset.engine} needs {', '.join(missing)}")
+        return Availability(preset, True)
     if shutil.which(preset.engine) is None:
         return Availability(preset, False, f"{preset.engine} is not installed")
     if preset.drop_to and os.geteuid() == 0 and shutil.which("setpriv") is None:

@@ -17,6 +17,7 @@ from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
 from agentsec.report import SCHEMA_VERSION, write_atomically
 from agentsec.runner import run_probe
+from agentsec.scoring.rank import rank_key, score_text
 
 TEST_MATRIX = "sandbox-blast-radius-matrix"
 
@@ -89,6 +90,7 @@ def run_matrix(
             {
                 "label": label,
                 "preset": name,
+                "rank": list(rank_key(report)[:-1]),
                 "score": summary["score"],
                 "raw_score": summary["raw_score"],
                 "axes": {key: axis_cell(axis) for key, axis in summary["axes"].items()},
@@ -97,7 +99,7 @@ def run_matrix(
             }
         )
         progress(f"[{index}/{len(preset_names)}] {name}: score {summary['score']}")
-    result.rows.sort(key=lambda row: (-row["score"], row["label"]))
+    result.rows.sort(key=lambda row: (row["rank"], row["label"]))
     return result
 
 
@@ -114,7 +116,8 @@ def render_matrix_markdown(result: MatrixResult) -> str:
     for row in result.rows:
         cells = " | ".join(row["axes"][a] for a in axes)
         label, version = md(row["label"]), md(row["probe_version"])
-        lines.append(f"| {label} | {row['score']} | {cells} | {version} |")
+        score = score_text(row)
+        lines.append(f"| {label} | {score} | {cells} | {version} |")
     for skip in result.skipped:
         lines.append(f"\n- skipped {skip['preset']}: {skip['why']}")
     for fail in result.failed:

@@ -41,6 +41,10 @@ def _redact_section(name: str, data: dict[str, Any]) -> None:
         if isinstance(data.get("host_root_mounted"), list):
             count = len(data["host_root_mounted"])
             data["host_root_mounted"] = [f"[host root mount {i}]" for i in range(1, count + 1)]
+    elif name == "proc_environ":
+        for key in ("pid1_extra_secret_names", "others_extra_secret_names"):
+            if isinstance(data.get(key), list):
+                data[key] = [f"[variable {i}]" for i in range(1, len(data[key]) + 1)]
     elif name == "identity":
         for key in ("lsm", "apparmor"):
             if data.get(key) is not None:

@@ -65,6 +65,7 @@ def _finding_dict(finding: Any, catalogue: Catalogue) -> dict[str, Any]:
         "category": finding.axis,
         "kind": finding.kind,
         "evidence": list(finding.evidence),
+        "detail": list(finding.detail),
         "owasp": [{"id": code, "title": catalogue.owasp_titles[code]} for code in finding.owasp],
         "remediation": {"flags": list(finding.flags), "advice": finding.advice},
     }

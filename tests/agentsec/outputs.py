@@ -14,7 +14,7 @@ from agentsec.probe.blast_probe import WRITABLE_DIRS
 
 SEALED: dict[str, Any] = {
     "probe_format": 1,
-    "probe_version": "1.0.0",
+    "probe_version": "1.1.0",
     "python": "3.11.7",
     "platform": "linux",
     "started_at": "2026-11-30T03:00:00Z",
@@ -46,6 +46,17 @@ SEALED: dict[str, Any] = {
             "apparmor": "agentsec-profile (enforce)",
             "overflow_uid": 65534,
             "kernel_file_owner": 65534,
+            "kernel_file_writable": False,
+            "own_namespaces": {
+                "ipc": True,
+                "uts": True,
+                "user": True,
+                "pid": True,
+                "cgroup": True,
+                "time": False,
+                "net": True,
+            },
+            "io_uring": {"result": "refused", "errno": "EPERM"},
         },
         "namespaces": {"user_ns_creatable": False, "mount_in_new_ns": False, "detail": ""},
         "network": {
@@ -121,12 +132,22 @@ SEALED: dict[str, Any] = {
             "ssh_agent": {"set": False, "result": "absent"},
             "control": {"own_socket": "connected", "missing_path": "absent"},
         },
-        "keyring": {"session_keyring": "denied", "visible_keys": 0},
+        "keyring": {
+            "session_keyring": "denied",
+            "visible_keys": 0,
+            "readable_keys": 0,
+            "readable_key_types": [],
+        },
         "proc_environ": {
             "pid1_is_self": False,
             "pid1_environ_readable": False,
+            "pid1_holds_more": None,
+            "pid1_extra_entries": None,
+            "pid1_extra_secret_names": [],
             "others_checked": 0,
             "others_readable": 0,
+            "others_holding_more": 0,
+            "others_extra_secret_names": [],
         },
         "filesystem": {
             "writable_dirs": [
@@ -134,6 +155,7 @@ SEALED: dict[str, Any] = {
                 for p in WRITABLE_DIRS
             ],
             "root_rw": False,
+            "root_scratch_mount": False,
             "host_mounts": [],
             "host_root_mounted": [],
             "sysrq_writable": False,
@@ -141,12 +163,23 @@ SEALED: dict[str, Any] = {
             "core_pattern_writable": False,
             "setuid_binaries": [],
         },
-        "processes": {"visible_pids": 2, "own_pid_namespace": True, "pid1_comm": "bwrap"},
+        "processes": {
+            "visible_pids": 2,
+            "own_pid_namespace": True,
+            "proc_is_foreign": False,
+            "proc_shows_host": False,
+            "pid1_comm": "bwrap",
+        },
         "persistence": {
             "targets": [],
             "git_hooks": {"path": "./.git/hooks", "exists": False, "writable": False},
         },
-        "resources": {"memory_limit": 536870912, "pids_limit": 256, "rlimit_nproc": 4096},
+        "resources": {
+            "memory_limit": 536870912,
+            "pids_limit": 256,
+            "rlimit_nproc": 4096,
+            "cgroup_found": {"memory": True, "pids": True},
+        },
     },
 }
 

@@ -33,6 +33,13 @@ def _leaky() -> dict:
         }
     ]
     s["network"]["data"]["interfaces"] = ["lo", "wlp-alice0"]
+    s["proc_environ"]["data"].update(
+        pid1_environ_readable=True,
+        pid1_holds_more=True,
+        pid1_extra_secret_names=["ALICE_BANK_TOKEN"],
+        others_holding_more=1,
+        others_extra_secret_names=["ALICE_BANK_TOKEN"],
+    )
     out["context"].update(
         hostname="alice-laptop", cwd="/home/alice/secret-project", user="alice", home="/home/alice"
     )
@@ -55,7 +62,7 @@ def test_reports_validate_against_the_schema(builder, redact: bool):
 def test_redaction_strips_identifying_details_and_keeps_every_finding():
     plain, redacted = _report(_leaky()), _report(_leaky(), redact=True)
     text = json.dumps(redacted)
-    for secret in ("ACME_PROD_TOKEN", "alice", "secret-project", "wlp-alice0"):
+    for secret in ("ACME_PROD_TOKEN", "ALICE_BANK_TOKEN", "alice", "secret-project", "wlp-alice0"):
         assert secret in json.dumps(plain)
         assert secret not in text
     assert redacted["redacted"] is True

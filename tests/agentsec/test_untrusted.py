@@ -13,7 +13,7 @@ from tests.agentsec import outputs
 
 def test_a_whole_output_parses():
     probe = parse_probe_output(outputs.line(outputs.sealed()))
-    assert probe.version == "1.0.0"
+    assert probe.version == "1.1.0"
     assert probe.sections["identity"].ok
     assert probe.ignored_lines == 0
 

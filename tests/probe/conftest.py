@@ -5,6 +5,7 @@ down, so every connect fails at once), bubblewrap with --unshare-net, or a named
 loopback carries the local services below. No test sends a packet anywhere else.
 """
 
+import errno
 import importlib.util
 import json
 import os
@@ -103,7 +104,9 @@ def dns_reply(query):
 class LocalServices:
     """Real listeners on 127.0.0.1 in a named network namespace that has only a loopback:
     a TCP sink recording every byte it gets, an HTTP proxy recording each request (407 without
-    Proxy-Authorization, 200 with it), and a UDP responder recording each datagram."""
+    Proxy-Authorization, 200 with it), a proxy that answers every request 403 ("forbid"), one
+    that closes each connection without a word ("mute"), and a UDP responder recording each
+    datagram."""
 
     def __init__(self):
         self.netns = "agentsec-probe-" + secrets.token_hex(4)
@@ -111,7 +114,7 @@ class LocalServices:
         subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True)
         self.wrapper = ("nsenter", "--net=/run/netns/" + self.netns, "--")
         self.ports = {}
-        self._received = {"tcp": [], "proxy": [], "udp": []}
+        self._received = {"tcp": [], "proxy": [], "forbid": [], "mute": [], "udp": []}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         ready = threading.Event()
@@ -143,7 +146,7 @@ class LocalServices:
         finally:
             os.close(fd)
         selector = selectors.DefaultSelector()
-        for kind in ("tcp", "proxy"):
+        for kind in ("tcp", "proxy", "forbid", "mute"):
             listener = socket.create_server(("127.0.0.1", 0))
             listener.setblocking(False)
             selector.register(listener, selectors.EVENT_READ, ("listener", kind))
@@ -164,6 +167,10 @@ class LocalServices:
         role, kind = key.data[0], key.data[1]
         if role == "listener":
             connection, _ = key.fileobj.accept()
+            if kind == "mute":
+                connection.close()
+                self._record(kind, b"")
+                return
             connection.setblocking(False)
             selector.register(connection, selectors.EVENT_READ, ("connection", kind, bytearray()))
         elif role == "udp":
@@ -184,6 +191,8 @@ class LocalServices:
                 authorized = b"\r\nProxy-Authorization: " in buffer
                 status = b"200 Connection established" if authorized else b"407 Auth Required"
                 key.fileobj.sendall(b"HTTP/1.1 " + status + b"\r\n\r\n")
+            elif kind == "forbid" and buffer.endswith(b"\r\n\r\n"):
+                key.fileobj.sendall(b"HTTP/1.1 403 Forbidden\r\n\r\n")
             return
         selector.unregister(key.fileobj)
         key.fileobj.close()
@@ -204,3 +213,114 @@ def local_services():
         yield services
     finally:
         services.close()
+
+
+# --- Sandbox ingredients shared by the probe's tests ----------------------------------------
+
+X86_64_SYSCALLS = {"socket": 41, "connect": 42, "keyctl": 250, "unshare": 272,
+                   "io_uring_setup": 425, "landlock_create_ruleset": 444}
+AUDIT_ARCH_X86_64 = 0xC000003E
+AF_UNIX = 1
+
+
+def seccomp_filter(denied):
+    """A classic-BPF seccomp program for x86_64. Each rule in denied is (syscall number, errno)
+    or (syscall number, errno, first argument): the call fails with that errno (only when its
+    first argument is that value, for the three-item form); everything else is allowed."""
+
+    def instruction(code, jump_true, jump_false, k):
+        return struct.pack("HBBI", code, jump_true, jump_false, k)
+
+    load, jump_equal, give = 0x20, 0x15, 0x06
+    nr_offset, arg0_offset = 0, 16  # seccomp_data.nr, the low half of seccomp_data.args[0]
+    body = []
+    for rule in denied:
+        number, code = rule[0], rule[1]
+        if len(rule) == 2:
+            body.append(instruction(jump_equal, 0, 1, number))
+            body.append(instruction(give, 0, 0, 0x00050000 | code))  # SECCOMP_RET_ERRNO
+        else:
+            body.append(instruction(jump_equal, 0, 4, number))
+            body.append(instruction(load, 0, 0, arg0_offset))
+            body.append(instruction(jump_equal, 0, 1, rule[2]))
+            body.append(instruction(give, 0, 0, 0x00050000 | code))
+            body.append(instruction(load, 0, 0, nr_offset))  # the next rules compare nr again
+    return b"".join([
+        instruction(load, 0, 0, 4),  # seccomp_data.arch
+        instruction(jump_equal, 0, len(body) + 1, AUDIT_ARCH_X86_64),
+        instruction(load, 0, 0, nr_offset),
+        *body,
+        instruction(give, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
+    ])
+
+
+def own_v1_cgroup_dir(controller):
+    with open("/proc/self/cgroup") as handle:
+        for line in handle:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if controller in controllers.split(","):
+                return os.path.normpath(f"/sys/fs/cgroup/{controller}/{path}")
+    return None
+
+
+LIMITS = (("memory", "memory.limit_in_bytes", 512 << 20), ("pids", "pids.max", 256))
+
+
+def make_cgroups(with_limits):
+    """A memory and a pids cgroup (v1, as on this machine) under this process's own, with the
+    limits above or none. Returns the directories; the caller removes them."""
+    name = "agentsec-probe-" + secrets.token_hex(4)
+    made = []
+    try:
+        for controller, limit_file, limit in LIMITS:
+            parent = own_v1_cgroup_dir(controller)
+            assert parent is not None and os.path.isdir(parent), f"no cgroup v1 {controller}"
+            directory = os.path.join(parent, name)
+            os.mkdir(directory)
+            made.append(directory)
+            if with_limits:
+                with open(os.path.join(directory, limit_file), "w") as handle:
+                    handle.write(str(limit))
+    except BaseException:
+        remove_cgroups(made)
+        raise
+    return made
+
+
+def remove_cgroups(directories, patience_s=5.0):
+    """Remove the cgroups once empty: the probe's namespace child may still be exiting (tearing
+    down the namespaces it made) for a moment after the probe itself has."""
+    deadline = time.monotonic() + patience_s
+    for directory in directories:
+        while True:
+            try:
+                os.rmdir(directory)
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+
+def joining(directories):
+    """A wrapper prefix that moves the command into these cgroups before running it."""
+    join = " && ".join(f'echo $$ > "{d}/cgroup.procs"' for d in directories)
+    return ("sh", "-c", join + ' && exec "$@"', "sh")
+
+
+@pytest.fixture
+def limited_cgroups():
+    made = make_cgroups(with_limits=True)
+    try:
+        yield made
+    finally:
+        remove_cgroups(made)
+
+
+@pytest.fixture
+def unlimited_cgroups():
+    made = make_cgroups(with_limits=False)
+    try:
+        yield made
+    finally:
+        remove_cgroups(made)

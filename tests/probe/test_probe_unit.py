@@ -21,6 +21,14 @@ import time
 
 import pytest
 
+from tests.probe.conftest import (
+    PROBE_PATH,
+    X86_64_SYSCALLS,
+    joining,
+    require_namespaces,
+    seccomp_filter,
+)
+
 SECTION_NAMES = (
     "identity", "namespaces", "network", "proxy", "secrets_env", "credentials", "sockets",
     "keyring", "proc_environ", "filesystem", "processes", "persistence", "resources", "paths",
@@ -427,45 +435,13 @@ def test_the_default_gateway_is_found_and_its_docker_port_tried(run_probe, empty
     assert network["docker_tcp"] == {"host": "10.9.0.2", "port": 2375, "result": "refused"}
 
 
-def own_v1_cgroup_dir(controller):
-    with open("/proc/self/cgroup") as handle:
-        for line in handle:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if controller in controllers.split(","):
-                return os.path.normpath(f"/sys/fs/cgroup/{controller}/{path}")
-    return None
-
-
-@pytest.fixture
-def limited_cgroups():
-    """A memory and a pids cgroup (v1, as on this machine) with limits, removed afterwards."""
-    name = "agentsec-probe-" + secrets.token_hex(4)
-    made = []
-    try:
-        for controller, limit_file, limit in (("memory", "memory.limit_in_bytes", 512 << 20),
-                                              ("pids", "pids.max", 256)):
-            parent = own_v1_cgroup_dir(controller)
-            if parent is None or not os.path.isdir(parent):
-                pytest.skip(f"no cgroup v1 {controller} hierarchy here")
-            directory = os.path.join(parent, name)
-            os.mkdir(directory)
-            made.append(directory)
-            with open(os.path.join(directory, limit_file), "w") as handle:
-                handle.write(str(limit))
-        yield made
-    finally:
-        for directory in made:
-            os.rmdir(directory)
-
-
 @pytest.mark.netns
 def test_cgroup_and_rlimit_limits_are_read(run_probe, empty_home, limited_cgroups):
-    join = " && ".join(f'echo $$ > "{d}/cgroup.procs"' for d in limited_cgroups)
-    wrapper = ("unshare", "--net", "--", "sh", "-c", join + ' && exec "$@"', "sh",
-               "prlimit", "--nproc=777", "--")
+    wrapper = ("unshare", "--net", "--", *joining(limited_cgroups), "prlimit", "--nproc=777", "--")
     report = assert_one_json_line(run_probe(wrapper=wrapper, env={"HOME": str(empty_home)}))
     assert report["sections"]["resources"]["data"] == {
-        "memory_limit": 512 << 20, "pids_limit": 256, "rlimit_nproc": 777}
+        "memory_limit": 512 << 20, "pids_limit": 256, "rlimit_nproc": 777,
+        "cgroup_found": {"memory": True, "pids": True}}
 
 
 # --- Targets override and what goes on the wire ---------------------------------------------
@@ -613,31 +589,6 @@ def test_a_locked_down_sandbox_does_not_crash_the_probe(run_probe, tmp_path):
     assert writable["/etc"] is False and writable["/tmp"] is True
 
 
-X86_64_SYSCALLS = {"connect": 42, "keyctl": 250, "unshare": 272, "landlock_create_ruleset": 444}
-AUDIT_ARCH_X86_64 = 0xC000003E
-
-
-def seccomp_filter(denied):
-    """A classic-BPF seccomp program: each (syscall number, errno) in denied fails with that
-    errno; everything else is allowed."""
-
-    def instruction(code, jump_true, jump_false, k):
-        return struct.pack("HBBI", code, jump_true, jump_false, k)
-
-    load, jump_equal, give = 0x20, 0x15, 0x06
-    body = []
-    for number, code in denied:
-        body.append(instruction(jump_equal, 0, 1, number))
-        body.append(instruction(give, 0, 0, 0x00050000 | code))  # SECCOMP_RET_ERRNO
-    return b"".join([
-        instruction(load, 0, 0, 4),  # seccomp_data.arch
-        instruction(jump_equal, 0, len(body) + 1, AUDIT_ARCH_X86_64),
-        instruction(load, 0, 0, 0),  # seccomp_data.nr
-        *body,
-        instruction(give, 0, 0, 0x7FFF0000),  # SECCOMP_RET_ALLOW
-    ])
-
-
 @needs_bwrap
 @pytest.mark.netns
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter uses x86_64 numbers")
@@ -667,3 +618,93 @@ def test_syscalls_refused_by_seccomp_are_reported_as_denied(run_probe, empty_hom
     literal = [t for t in report["sections"]["network"]["data"]["targets"]
                if t["host"] == "1.1.1.1"]
     assert literal[0]["result"] == "denied" and literal[0]["errno"] == "EACCES"
+
+
+def test_on_an_unknown_architecture_syscall_checks_are_not_measured_simulated(probe_module,
+                                                                              monkeypatch):
+    """Simulated: this machine is x86_64, so an unknown architecture is played by making the
+    probe read another machine name. Syscall numbers differ per architecture; a guess could
+    call the wrong syscall, so the probe must not make one."""
+    monkeypatch.setattr(probe_module, "platform_machine", lambda: "mips64")
+    assert probe_module.libc_handle() is None
+    assert probe_module.raw_syscall("io_uring_setup", 1, 0) is None
+    assert probe_module.io_uring_state() is None
+    assert probe_module.landlock_abi() is None
+    settings = probe_module.build_settings({}, time.monotonic())[0]
+    assert probe_module.section_keyring(settings)["session_keyring"] == "error"
+    # unshare and mount are libc's own functions, not syscalls by number: still measured.
+    assert probe_module.section_namespaces(settings)["user_ns_creatable"] in (True, False)
+    # control: the real machine name gives real answers
+    monkeypatch.undo()
+    assert probe_module.io_uring_state()["result"] in ("creatable", "refused", "unavailable")
+
+
+@pytest.mark.parametrize("value", [
+    {"a": "plain", "b": [1, 2.5, True, False, None, -3], "c": {"nested": []}},
+    "quote \" backslash \\ newline \n tab \t bell \x07 del \x7f",
+    "non-ASCII é ü ß 日本 and beyond the BMP 🙂 𝄞",
+    "lone surrogate \udc80 kept escaped",
+    ["", "\b\f\r", 0.031, 1e-7, 12345678901234567890],
+])
+def test_the_output_writer_matches_json_dumps(probe_module, value):
+    assert probe_module.json_text(value) == json.dumps(value, separators=(",", ":"))
+    assert json.loads(probe_module.json_text(value)) == value
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("agentcage:secret:GITHUB_TOKEN:" + "0123456789abcdef" * 2, True),
+    ("agentcage:secret:GITHUB_TOKEN:" + "0123456789ABCDEF" * 2, False),
+    ("agentcage:secret::" + "0" * 32, False),
+    ("agentcage:secret:A-B:" + "0" * 32, False),
+    ("agentcage:secret:A:" + "0" * 31, False),
+    ("agentcage:secret:A:" + "0" * 32 + "\n", False),
+    ("xagentcage:secret:A:" + "0" * 32, False),
+])
+def test_placeholders_are_recognised_exactly(probe_module, value, expected):
+    assert probe_module.is_placeholder(value) is expected
+
+
+@pytest.mark.parametrize(("field", "expected"), [
+    ("/plain/path", "/plain/path"),
+    ("/with\\040space\\011tab\\134back", "/with space\ttab\\back"),
+    ("/trailing\\04", "/trailing\\04"),
+    ("/not\\999octal", "/not\\999octal"),
+])
+def test_mountinfo_escapes_are_undone(probe_module, field, expected):
+    assert probe_module.unescape_mount_field(field) == expected
+
+
+@pytest.mark.parametrize("text", [
+    '{"egress": ["10.200.1.5:443"], "metadata": [], "public_networks": ["10.200.0.0/16"]}',
+    ' [1, 2.5, "x\\u00e9", null, true, false, {"a": {}}] ', '"s"', "0",
+])
+def test_the_override_reader_reads_what_json_reads(probe_module, text):
+    assert probe_module.json_value(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ['{"a": 1} x', "{bad", "", "[1,]", "NaN", '{"a": Infinity}'])
+def test_the_override_reader_refuses_what_is_not_one_json_value(probe_module, text):
+    with pytest.raises(ValueError):
+        probe_module.json_value(text)
+
+
+# Modules a run without an override, a proxy or network answers has no use for: each costs
+# start-up time in every sandboxed command (json, re and enum alone cost several milliseconds).
+NOT_IMPORTED = ("json", "re", "enum", "socket", "threading", "subprocess", "tempfile",
+                "ipaddress", "base64", "urllib", "platform", "collections", "contextlib",
+                "signal", "encodings.idna")
+
+
+@pytest.mark.netns
+def test_a_plain_run_imports_only_what_it_uses(empty_home):
+    require_namespaces()
+    run = subprocess.run(
+        ["unshare", "--net", "--", "/usr/bin/python3", "-X", "importtime", str(PROBE_PATH)],
+        capture_output=True, text=True, timeout=60,
+        env={"HOME": str(empty_home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+    )
+    imported = {line.split("|")[-1].strip() for line in run.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "ctypes" in imported  # control: the list is really read
+    assert imported.isdisjoint(NOT_IMPORTED), sorted(imported & set(NOT_IMPORTED))
+    assert json.loads(run.stdout)["sections"]["identity"]["ok"]

@@ -6,15 +6,19 @@ It prints exactly one JSON line on stdout (the format is docs/probe-output.md, p
 exits 0. It needs only the Python standard library (3.8 or newer) and Linux's /proc.
 
 What it measures, one small section each: identity and confinement (capabilities, seccomp,
-user namespace, Landlock, LSM), whether new namespaces can be made, network egress (TCP, IPv6,
-one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port), secret-looking environment
-variable names, credential files, container runtime and SSH agent sockets, the kernel keyring,
-other processes' environments, writable directories and /proc/sys files, host mounts, setuid
-programs, visible processes, files that would persist outside the sandbox, and resource limits.
+user namespace, Landlock, LSM, io_uring), whether new namespaces can be made, network egress
+(TCP, IPv6, one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port),
+secret-looking environment variable names, credential files, container runtime and SSH agent
+sockets, the kernel keyring, other processes' environments, writable directories and /proc/sys
+files, host mounts, setuid programs, visible processes, files that would persist outside the
+sandbox, and resource limits.
 
 What it never does:
-- read a secret: environment variables are reported by name and length only; a credential file is
-  opened and zero bytes are read from it; /proc/<pid>/environ files are opened and never read;
+- report or keep a secret: environment variables are reported by name and length only; a
+  credential file is opened and zero bytes are read from it (an .npmrc is read to learn whether it
+  names a token, and only that yes or no is kept); another process's /proc/<pid>/environ is read
+  only to compare it with the probe's own, and only counts and secret-looking names are kept; a
+  kernel key is asked for its payload's size, never its payload;
 - send a byte on a TCP connection to a target: it connects and closes. The only datagram it sends
   is one fixed DNS question (`example.com A`) to the udp_dns target. A configured HTTP proxy is
   sent only `CONNECT host:port` with a Host header (and Proxy-Authorization only when
@@ -22,12 +26,13 @@ What it never does:
 - print the proxy's address or credentials;
 - write to the kernel: /proc/sysrq-trigger and the /proc/sys files are opened for writing and
   closed without a byte written;
-- create any file except one zero-byte marker per probed directory, made with O_EXCL under a
-  random name and deleted at once (plus one temporary directory holding its own control socket,
-  removed when the check ends);
+- create any file except one zero-byte marker per probed directory (the fixed list, and each
+  read-write host mount), made with O_EXCL under a random name and deleted at once (plus one
+  temporary directory holding its own control socket, removed when the check ends);
 - create or change a persistence file: only files that already exist are opened, for append,
   and closed without writing, so their content and modification time stay the same;
-- change anything in its own namespaces: unshare and mount are tried in a child process.
+- change anything in its own namespaces: unshare and mount are tried in a forked child; an
+  io_uring instance is set up and closed at once, with nothing submitted to it.
 
 Every section runs in its own daemon thread under one deadline (AGENTSEC_PROBE_TIMEOUT, default
 2 s, plus 1 s). A section that raises or misses the deadline is reported as not measured
@@ -36,28 +41,25 @@ AGENTSEC_PROBE_TARGETS (a JSON object, or the path of a file holding one) replac
 targets below; AGENTSEC_PROBE_PATHS (a JSON list) asks the paths section about those paths.
 """
 
-import base64
-import collections
-import contextlib
+# Only what every run uses is imported here: start-up time is part of what a sandbox pays per
+# command. Modules a run may not need (ctypes, ipaddress, urllib, base64, pwd, resource, select,
+# json for reading an override) are imported where they are used. `_socket` and `_thread` are the
+# C modules under `socket` and `threading`, whose wrappers add nothing the probe uses. The output
+# is written by json_text below: the json module would import re and enum, a few milliseconds
+# of every run for a format this small.
+import _socket as socket
+import _thread
 import errno
-import ipaddress
-import json
 import math
 import os
-import platform
-import re
-import socket
 import stat
 import struct
-import subprocess
 import sys
-import threading
 import time
-import urllib.parse
 import warnings
 
 PROBE_FORMAT = 1
-PROBE_VERSION = "1.0.0"
+PROBE_VERSION = "1.1.0"
 
 # ---------------------------------------------------------------------------------------------
 # Fixed targets. AGENTSEC_PROBE_TARGETS may replace any of these keys (docs/probe-output.md).
@@ -101,8 +103,11 @@ HOME_CREDENTIAL_FILES = (
     "~/.config/gcloud/application_default_credentials.json",
     "~/.azure/accessTokens.json",
     "~/.git-credentials",
-    "~/.gitconfig",
 )
+# Holds a credential only when it names a token: most .npmrc files set a registry and no more.
+NPMRC = "~/.npmrc"
+NPMRC_TOKEN_KEYS = ("_authToken", "_auth", "_password")
+MAX_CONFIG_BYTES = 1 << 16
 # Login files of coding agents and of the GitHub CLI they drive (agent_login: true).
 AGENT_LOGIN_FILES = (
     "~/.claude/.credentials.json",
@@ -212,6 +217,9 @@ BLOCK_FILESYSTEMS = frozenset(
         "bcachefs",
     )
 )
+
+# Filesystems that live in memory: a fresh one over a directory is a mask made for the sandbox.
+SCRATCH_FILESYSTEMS = frozenset(("tmpfs", "ramfs"))
 
 # Secret-looking environment variable names: whole underscore-separated words, so that
 # TOKENIZERS_PARALLELISM or KEYBOARD never match. SESSION alone is not a secret word
@@ -341,26 +349,50 @@ CAPABILITY_NAMES = (
     "CAP_CHECKPOINT_RESTORE",
 )
 
+# Syscall numbers of 64-bit interpreters on the architectures below, the only ones the probe
+# calls by number. A 32-bit Python on a 64-bit kernel sees the kernel's machine name but needs
+# other numbers, so the pointer size is checked too; anywhere else these checks are not measured.
 SYSCALL_NUMBERS = {
-    "x86_64": {"keyctl": 250, "landlock_create_ruleset": 444},
-    "aarch64": {"keyctl": 219, "landlock_create_ruleset": 444},
-    "arm64": {"keyctl": 219, "landlock_create_ruleset": 444},
+    "x86_64": {"keyctl": 250, "io_uring_setup": 425, "landlock_create_ruleset": 444},
+    "aarch64": {"keyctl": 219, "io_uring_setup": 425, "landlock_create_ruleset": 444},
+    "arm64": {"keyctl": 219, "io_uring_setup": 425, "landlock_create_ruleset": 444},
+    "riscv64": {"keyctl": 219, "io_uring_setup": 425, "landlock_create_ruleset": 444},
 }
 KEYCTL_GET_KEYRING_ID = 0
-KEY_SPEC_SESSION_KEYRING = -3
+KEYCTL_DESCRIBE = 6
+KEYCTL_READ = 11
+OWN_KEYRINGS = (-1, -2, -3)  # thread, process, session: never the user keyrings (see below)
+MAX_KEYS = 256
 LANDLOCK_CREATE_RULESET_VERSION = 1
+IO_URING_PARAMS_SIZE = 120  # sizeof(struct io_uring_params), zeroed: the kernel's defaults
 
 IDENTITY_UID_MAP = "0 0 4294967295"  # the initial user namespace's map
 INITIAL_PID_NAMESPACE = "pid:[4026531836]"  # fixed inode of the kernel's first pid namespace
 RTF_UP = 0x0001
 RTF_REJECT = 0x0200
 MAX_OTHER_PIDS = 200
+MAX_ENVIRON_BYTES = 1 << 20
+# Variables a shell sets per command: `_` is the path of the program it started, so a helper
+# started by the same shell always "differs" from the probe there, holding nothing more.
+SHELL_BOOKKEEPING = frozenset((b"_", b"SHLVL", b"PWD", b"OLDPWD"))
+MAX_REPORTED_NAMES = 50
+MAX_CGROUP_CANDIDATES = 512
 ABSURD_MEMORY_LIMIT = 1 << 60  # cgroup v1 writes "unlimited" as a number near 2**63
 PID_MAX_LIMIT = 1 << 22
 
-Settings = collections.namedtuple(
-    "Settings", "environ timeout budget_end section_deadline targets targets_error faults"
-)
+class Settings:
+    """What one run was asked to do, fixed at start."""
+
+    def __init__(self, environ, timeout, budget_end, section_deadline, targets, targets_error,
+                 faults):
+        self.environ = environ
+        self.timeout = timeout
+        self.budget_end = budget_end
+        self.section_deadline = section_deadline
+        self.targets = targets
+        self.targets_error = targets_error
+        self.faults = faults
+
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers.
@@ -507,34 +539,43 @@ def home_file_candidates(relative, homes):
 
 
 def run_concurrently(jobs, deadline):
-    """Run each (key, function) in its own daemon thread; wait until all end or the deadline.
+    """Run each (key, function) in its own thread; wait until all end or the deadline.
     Returns {key: ("value", v) | ("raised", exc)} for the jobs that ended. A job still running
-    at the deadline is left out; its daemon thread is abandoned (getaddrinfo cannot be
-    cancelled) and cannot delay the exit."""
+    at the deadline is left out; its thread is abandoned (getaddrinfo cannot be cancelled) and
+    cannot delay the exit, which is os._exit.
+
+    Threads come from _thread, not threading: threading.Thread.start() waits for each new
+    thread to report that it started, a hand-over of the interpreter lock per thread that costs
+    more than the checks themselves when a run starts thirty of them."""
     ended = {}
-    lock = threading.Lock()
+    lock = _thread.allocate_lock()
+    all_ended = _thread.allocate_lock()
+    all_ended.acquire()
+    waiting = [len(jobs)]
+
+    def finish(key, outcome):
+        with lock:
+            ended[key] = outcome
+            waiting[0] -= 1
+            if waiting[0] == 0:
+                all_ended.release()
 
     def run_one(key, function):
         try:
             outcome = ("value", function())
         except Exception as exc:
             outcome = ("raised", exc)
-        with lock:
-            ended[key] = outcome
+        finish(key, outcome)
 
-    threads = []
+    if not jobs:
+        return {}
     for key, function in jobs:
-        thread = threading.Thread(target=run_one, args=(key, function), name="probe-%s" % key)
-        thread.daemon = True
         try:
-            thread.start()
+            _thread.start_new_thread(run_one, (key, function))
         except RuntimeError as exc:  # no thread left, e.g. under a pids limit
-            with lock:
-                ended[key] = ("raised", exc)
-            continue
-        threads.append(thread)
-    for thread in threads:
-        thread.join(max(0.0, remaining(deadline)))
+            finish(key, ("raised", exc))
+    if remaining(deadline) > 0:
+        all_ended.acquire(True, remaining(deadline))
     with lock:
         return dict(ended)
 
@@ -544,7 +585,7 @@ class Progress:
     still busy at the deadline is abandoned and its last step is what gets reported."""
 
     def __init__(self, **initial):
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._values = dict(initial)
 
     def update(self, **values):
@@ -615,6 +656,8 @@ def parse_endpoint_value(value):
 
 
 def parse_network_list(value):
+    import ipaddress
+
     if not isinstance(value, list):
         raise ValueError("expected a list of networks")
     for item in value:
@@ -645,10 +688,10 @@ def load_targets(environ):
     try:
         # Inline JSON, or a file's path: inline reaches sandboxes that do not see the file.
         if value.lstrip().startswith("{"):
-            override = json.loads(value)
+            override = json_value(value)
         else:
             with open(value, encoding="utf-8") as handle:
-                override = json.load(handle)
+                override = json_value(handle.read(1 << 20))
         if not isinstance(override, dict):
             raise ValueError("the override must be a JSON object")
         unknown = sorted(set(override) - set(TARGET_PARSERS))
@@ -659,6 +702,42 @@ def load_targets(environ):
     except (OSError, ValueError) as exc:
         return dict(DEFAULT_TARGETS), True, describe_exception(exc)
     return targets, True, None
+
+
+class JsonSettings:
+    """What the C scanner under the json module reads from its decoder: the defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name):
+        raise ValueError("%s is not JSON" % name)
+
+
+def json_value(text):
+    """Parse one JSON value (an override is a few hundred bytes). The json module's decoder
+    compiles regular expressions at import, a few milliseconds of every run that is given an
+    override; its C scanner, _json, needs none. Where _json is missing, json itself is used."""
+    try:
+        import _json
+
+        scan = _json.make_scanner(JsonSettings)
+    except (ImportError, AttributeError, TypeError):
+        import json
+
+        return json.loads(text)
+    start = len(text) - len(text.lstrip())
+    try:
+        value, end = scan(text, start)
+    except StopIteration as stop:
+        raise ValueError("not JSON at character %s" % stop.value) from None
+    if text[end:].strip():
+        raise ValueError("extra data after the JSON value at character %d" % end)
+    return value
 
 
 def require_targets(settings):
@@ -718,11 +797,13 @@ def connect_unix(path, deadline):
 
 
 def is_ip_literal(host):
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError):
+            continue
+        return True
+    return False
 
 
 def lookup_result(exc):
@@ -736,7 +817,8 @@ def resolve(host, port, family, sock_type):
     literal = is_ip_literal(host)
     flags = socket.AI_NUMERICHOST if literal else 0
     try:
-        infos = socket.getaddrinfo(host, port, family, sock_type, 0, flags)
+        # Bytes: a str host is IDNA-encoded first, which imports a codec; hosts here are ASCII.
+        infos = socket.getaddrinfo(host.encode("ascii"), port, family, sock_type, 0, flags)
     except socket.gaierror as exc:
         return ("literal" if literal else lookup_result(exc)), []
     seen, found = set(), []
@@ -769,17 +851,44 @@ def capability_names(mask):
     ]
 
 
-def raw_syscall(name, *arguments):
-    """(return value, errno) of a syscall by number, or None where it cannot be made here."""
-    number = SYSCALL_NUMBERS.get(platform.machine(), {}).get(name)
-    if number is None:
-        return None
+def libc_functions():
+    """(ctypes, libc) for calling libc's own wrappers (unshare, mount), which need no syscall
+    number and so work on any architecture; None without ctypes."""
     try:
         import ctypes
     except ImportError:
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def libc_handle():
+    """(ctypes, libc) for syscalls by number, or None where numbers for this interpreter are
+    not known (see SYSCALL_NUMBERS) or ctypes is missing."""
+    if platform_machine() not in SYSCALL_NUMBERS:
+        return None
+    handle = libc_functions()
+    if handle is None or handle[0].sizeof(handle[0].c_void_p) != 8:
+        return None
+    handle[1].syscall.restype = handle[0].c_long
+    return handle
+
+
+def platform_machine():
+    try:
+        return os.uname().machine
+    except (AttributeError, OSError):
+        return ""
+
+
+def raw_syscall(name, *arguments):
+    """(return value, errno) of a syscall by number, or None where it cannot be made here.
+    Arguments are integers (a buffer goes in as its address)."""
+    handle = libc_handle()
+    if handle is None:
+        return None
+    ctypes, libc = handle
+    number = SYSCALL_NUMBERS[platform_machine()][name]
+    ctypes.set_errno(0)
     value = libc.syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in arguments])
     return value, ctypes.get_errno()
 
@@ -826,7 +935,72 @@ def section_identity(settings):
         "apparmor": apparmor_label(lsm),
         "overflow_uid": read_int("/proc/sys/kernel/overflowuid"),
         "kernel_file_owner": file_owner(CORE_PATTERN),
+        # Opening a kernel sysctl for writing passes only for the host's uid 0 (the kernel
+        # compares the euid with the initial namespace's root, capabilities aside): this tells
+        # host root apart even where the euid is the overflow uid and ownership cannot.
+        "kernel_file_writable": can_open(CORE_PATTERN, os.O_WRONLY),
+        "own_namespaces": own_namespaces(),
+        "io_uring": io_uring_state(),
     }
+
+
+# Inode numbers the kernel gives its initial namespaces (include/linux/proc_ns.h); the network
+# namespace has none, so it is told by a sysctl only the initial one has.
+INITIAL_NAMESPACE_INODES = {
+    "ipc": 4026531839,
+    "uts": 4026531838,
+    "user": 4026531837,
+    "pid": 4026531836,
+    "cgroup": 4026531835,
+    "time": 4026531834,
+}
+INITIAL_NET_ONLY_SYSCTL = "/proc/sys/net/core/netdev_max_backlog"
+ANY_NET_SYSCTL = "/proc/sys/net/core/somaxconn"
+
+
+def own_namespaces():
+    """{kind: True when this process is in a namespace of that kind other than the host's
+    initial one, False when in the initial one, None when that cannot be told}."""
+    found = {}
+    for kind, initial in INITIAL_NAMESPACE_INODES.items():
+        try:
+            link = os.readlink("/proc/self/ns/" + kind)
+        except OSError:
+            found[kind] = None
+            continue
+        digits = link.partition("[")[2].rstrip("]")
+        found[kind] = int(digits) != initial if digits.isdigit() else None
+    # /proc/sys/net shows the net sysctls of the reader's network namespace, whoever mounted
+    # /proc: net.core.netdev_max_backlog is registered in the initial namespace only.
+    if existence(INITIAL_NET_ONLY_SYSCTL)[0]:
+        found["net"] = False
+    elif existence(ANY_NET_SYSCTL)[0]:
+        found["net"] = True
+    else:
+        found["net"] = None
+    return found
+
+
+def io_uring_state():
+    """{"result": creatable|refused|unavailable|error, "errno": name}, or None where syscalls
+    cannot be made by number. A ring with one entry is set up and its descriptor closed at
+    once; nothing is submitted to it."""
+    handle = libc_handle()
+    if handle is None:
+        return None
+    ctypes = handle[0]
+    params = ctypes.create_string_buffer(IO_URING_PARAMS_SIZE)
+    value, code = raw_syscall("io_uring_setup", 1, ctypes.addressof(params))
+    if value >= 0:
+        os.close(value)
+        return {"result": "creatable", "errno": None}
+    if code == errno.ENOSYS:
+        result = "unavailable"  # not in this kernel, or seccomp answers as if it were not
+    elif code in (errno.EPERM, errno.EACCES):
+        result = "refused"  # kernel.io_uring_disabled, an LSM, or seccomp
+    else:
+        result = "error"
+    return {"result": result, "errno": errno.errorcode.get(code, str(code))}
 
 
 def read_int(path):
@@ -843,67 +1017,100 @@ def file_owner(path):
         return None
 
 
-# Runs in a child, so that unshare and mount change nothing in the probe's own process.
-# unshare(CLONE_NEWUSER) answers "can a user namespace be made"; unshare(CLONE_NEWNS) after it
-# (in that user namespace, or directly when the first step failed and the process is privileged)
-# and a tmpfs mount over /tmp, in the child's own private mount tree, answer "can it mount".
-NAMESPACE_CHILD_CODE = r"""
-import errno, json, os
-try:
-    import ctypes
-except ImportError:
-    print(json.dumps({"ctypes": False}))
-    raise SystemExit(0)
-libc = ctypes.CDLL(None, use_errno=True)
-def outcome(value):
-    return "ok" if value == 0 else errno.errorcode.get(ctypes.get_errno(), "error")
-steps = {"ctypes": True}
-steps["user"] = outcome(libc.unshare(ctypes.c_int(0x10000000)))
-steps["mount_ns"] = outcome(libc.unshare(ctypes.c_int(0x00020000)))
-if steps["mount_ns"] == "ok":
-    rec_private = ctypes.c_ulong(0x4000 | 0x40000)
-    steps["private"] = outcome(libc.mount(None, b"/", None, rec_private, None))
-# Only a private tree may take the test mount: a shared one would pass it on to the host.
-if steps.get("private") == "ok":
-    target = b"/tmp" if os.path.isdir("/tmp") else b"/"
-    steps["mount"] = outcome(libc.mount(b"tmpfs", target, b"tmpfs", ctypes.c_ulong(0), None))
-print(json.dumps(steps))
-"""
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS = 0x00020000
+MS_REC_PRIVATE = 0x4000 | 0x40000
+SIGKILL = 9  # the signal module would cost an import for one number, the same on every Linux
+NAMESPACE_STEPS = ("user", "mount_ns", "private", "mount")
+
+
+def namespace_steps(ctypes, libc):
+    """Run in a forked child, so that unshare and mount change nothing in the probe itself:
+    unshare(CLONE_NEWUSER) answers "can a user namespace be made"; unshare(CLONE_NEWNS) after it
+    (in that namespace, or directly when the first step failed and the process is privileged)
+    and a tmpfs mounted over /tmp in the child's own private mount tree answer "can it mount".
+    Only a private tree may take the test mount: a shared one would pass it on to the host."""
+
+    def outcome(value):
+        return "ok" if value == 0 else errno.errorcode.get(ctypes.get_errno(), "error")
+
+    steps = {"user": outcome(libc.unshare(ctypes.c_int(CLONE_NEWUSER)))}
+    steps["mount_ns"] = outcome(libc.unshare(ctypes.c_int(CLONE_NEWNS)))
+    if steps["mount_ns"] == "ok":
+        steps["private"] = outcome(
+            libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC_PRIVATE), None)
+        )
+    if steps.get("private") == "ok":
+        target = b"/tmp" if os.path.isdir("/tmp") else b"/"
+        steps["mount"] = outcome(libc.mount(b"tmpfs", target, b"tmpfs", ctypes.c_ulong(0), None))
+    return steps
 
 
 def namespace_result(user_ns, mount, detail):
     return {"user_ns_creatable": user_ns, "mount_in_new_ns": mount, "detail": detail}
 
 
+def run_in_child(function, deadline):
+    """Run function() in a forked child and return the line it answers, or raise OSError. A fork
+    (no new interpreter) is enough: the child only makes syscalls through ctypes, already loaded,
+    and writes one line to a pipe; a new user namespace needs a single-threaded process, which
+    the fork gives. The answer is read up to its newline, not to the child's exit: tearing down
+    the namespaces it made can take longer than making them, and nothing waits for that."""
+    import select
+
+    reader, writer = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(reader)
+        os.close(writer)
+        raise
+    if pid == 0:  # the child: never returns, never runs the parent's clean-up
+        try:
+            os.close(reader)
+            os.write(writer, (function() + "\n").encode("ascii", "replace"))
+        finally:
+            os._exit(0)
+    os.close(writer)
+    data = b""
+    try:
+        while b"\n" not in data and remaining(deadline) > 0:
+            ready, _, _ = select.select([reader], [], [], remaining(deadline))
+            chunk = os.read(reader, 4096) if ready else b""
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(reader)
+        try:
+            if b"\n" not in data:  # no answer in time: it will not give one
+                os.kill(pid, SIGKILL)
+            os.waitpid(pid, os.WNOHANG)  # reaped now if done; else at exit, never waited on
+        except OSError:
+            pass
+    return data.decode("ascii", "replace").strip()
+
+
 def section_namespaces(settings):
-    if not sys.executable:
-        return namespace_result(None, None, "no interpreter path to start a child with")
-    try:
-        child = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", NAMESPACE_CHILD_CODE],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            timeout=max(0.05, remaining(settings.budget_end)),
-        )
-    except subprocess.TimeoutExpired:
-        return namespace_result(None, None, "child timed out")
-    except OSError as exc:
-        return namespace_result(None, None, "child could not start: " + describe_exception(exc))
-    try:
-        steps = json.loads(child.stdout.decode("utf-8", "replace"))
-    except ValueError:
-        return namespace_result(None, None, "child gave no answer (exit %s)" % child.returncode)
-    if not steps.get("ctypes"):
+    handle = libc_functions()
+    if handle is None:
         return namespace_result(None, None, "ctypes is missing")
-    detail = "; ".join(
-        "%s: %s" % (step, steps[step])
-        for step in ("user", "mount_ns", "private", "mount")
-        if step in steps
-    )
+
+    def child():
+        steps = namespace_steps(*handle)
+        return ";".join("%s=%s" % (step, steps[step]) for step in NAMESPACE_STEPS if step in steps)
+
+    try:
+        answer = run_in_child(child, settings.budget_end)
+    except OSError as exc:
+        return namespace_result(None, None, "no child process: " + describe_exception(exc))
+    steps = dict(item.partition("=")[::2] for item in answer.split(";") if "=" in item)
+    if "user" not in steps:
+        return namespace_result(None, None, "the child gave no answer")
+    detail = "; ".join("%s: %s" % (step, steps[step]) for step in NAMESPACE_STEPS if step in steps)
     mount_untested = steps.get("mount_ns") == "ok" and "mount" not in steps
     mount = None if mount_untested else steps.get("mount") == "ok"
-    return namespace_result(steps.get("user") == "ok", mount, detail)
+    return namespace_result(steps["user"] == "ok", mount, detail)
 
 
 def network_interfaces():
@@ -940,13 +1147,15 @@ def ipv6_default_gateway():
         if flags & RTF_UP and not flags & RTF_REJECT:
             found = True
             if fields[4] != "0" * 32 and gateway is None:
-                gateway = str(ipaddress.IPv6Address(bytes.fromhex(fields[4])))
+                gateway = socket.inet_ntop(socket.AF_INET6, bytes.fromhex(fields[4]))
     return found, gateway
 
 
 def is_public(address, extra_networks):
+    import ipaddress
+
     ip = ipaddress.ip_address(address.split("%")[0])
-    return ip.is_global or any(ip in network for network in extra_networks)
+    return ip.is_global or any(ip in ipaddress.ip_network(n, strict=False) for n in extra_networks)
 
 
 def tcp_target_job(progress, host, port, family, deadline):
@@ -1053,7 +1262,7 @@ def unfinished_connection(host, port, **extra):
 
 def plan_network_checks(targets, gateway, deadline):
     """(progress by key, jobs): one worker per lookup-and-connect, all run at once."""
-    progress, jobs = collections.OrderedDict(), []
+    progress, jobs = {}, []
     endpoints = [(e, "egress") for e in targets["egress"]]
     endpoints += [(e, "metadata") for e in targets["metadata"]]
     endpoints += [(e, "interception_control") for e in targets["interception_control"]]
@@ -1079,7 +1288,7 @@ def plan_network_checks(targets, gateway, deadline):
     progress["udp"] = Progress(host=udp_host, port=udp_port, result="error")
     jobs.append(("udp", udp_dns_job(progress["udp"], udp_host, udp_port, deadline)))
     control = targets["dns_control"]
-    extra_networks = [ipaddress.ip_network(n, strict=False) for n in targets["public_networks"]]
+    extra_networks = list(targets["public_networks"])  # made into networks where they are used
     progress["control"] = Progress(name=control, lookup="timeout", addresses=[], public=False)
     jobs.append(("control", dns_control_job(progress["control"], control, extra_networks)))
     if gateway:
@@ -1142,6 +1351,8 @@ def proxy_scheme_word(scheme):
 def parse_proxy_url(url):
     """(scheme word, host, port, username, password). The URL holds credentials, so a parse
     error says nothing about it."""
+    import urllib.parse
+
     try:
         parts = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
         scheme = proxy_scheme_word(parts.scheme.lower())
@@ -1177,8 +1388,13 @@ def read_status_code(sock, deadline):
         if not chunk:
             break
         data += chunk
-    match = re.match(rb"HTTP/\d\.\d (\d{3})", data)
-    return int(match.group(1)) if match else None
+    words = data.split(b"\r\n", 1)[0].split(b" ", 2)
+    version = words[0]
+    is_http = len(version) == 8 and version[:5] == b"HTTP/" and version[6:7] == b"."
+    if not is_http or not (version[5:6] + version[7:8]).isdigit() or len(words) < 2:
+        return None
+    code = words[1]
+    return int(code) if len(code) == 3 and code.isdigit() else None
 
 
 def proxy_result(status):
@@ -1207,7 +1423,7 @@ def proxy_connect_job(progress, proxy, target, authorization, credentials_sent, 
             sock.connect(sockaddr)
             sock.sendall(connect_request(target[0], target[1], authorization))
             if authorization:
-                credentials_sent.set()
+                credentials_sent.append(True)
             status = read_status_code(sock, deadline)
             progress.update(status=status, result=proxy_result(status))
         except socket.timeout:
@@ -1234,12 +1450,14 @@ def section_proxy(settings):
     scheme, proxy_host, proxy_port, username, password = parse_proxy_url(url)
     asked = [(*parse_endpoint(e), False) for e in targets["egress"]]
     asked.append((*parse_endpoint(targets["proxy_control"]), True))
-    progress, jobs = collections.OrderedDict(), []
+    progress, jobs = {}, []
     authorization = None
     if settings.environ.get("AGENTSEC_PROBE_PROXY_AUTH") == "1" and username is not None:
+        import base64
+
         token = ("%s:%s" % (username, password)).encode("utf-8", "surrogateescape")
         authorization = base64.b64encode(token).decode("ascii")
-    credentials_sent = threading.Event()
+    credentials_sent = []  # appended to once a request carried the credentials
     for index, (host, port, control) in enumerate(asked):
         progress[index] = Progress(
             host=host,
@@ -1267,7 +1485,7 @@ def section_proxy(settings):
         "configured": True,
         "scheme": scheme,
         "auth_present": username is not None,
-        "auth_sent": credentials_sent.is_set(),
+        "auth_sent": bool(credentials_sent),
         "results": list(results.values()),
     }
 
@@ -1289,15 +1507,49 @@ def looks_like_secret_name(name):
 
 # agentcage's decoy format, public by design: a value of exactly this shape is a placeholder the
 # gateway swaps on the wire, not a secret. Only the yes/no answer leaves the probe.
-PLACEHOLDER_VALUE = re.compile(r"\Aagentcage:secret:[A-Za-z0-9_]+:[0-9a-f]{32}\Z")
+PLACEHOLDER_PREFIX = "agentcage:secret:"
+PLACEHOLDER_NAME_CHARACTERS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+)
+HEX_DIGITS = frozenset("0123456789abcdef")
+OCTAL_DIGITS = frozenset("01234567")
+
+
+def is_placeholder(value):
+    """`agentcage:secret:<NAME>:<32 lowercase hex>` and nothing else."""
+    if not value.startswith(PLACEHOLDER_PREFIX):
+        return False
+    name, separator, digits = value[len(PLACEHOLDER_PREFIX) :].rpartition(":")
+    return (
+        bool(separator and name)
+        and set(name) <= PLACEHOLDER_NAME_CHARACTERS
+        and len(digits) == 32
+        and set(digits) <= HEX_DIGITS
+    )
+
+
+def proxy_passwords(environ):
+    """The passwords in the proxy variables' URLs: the sandbox's own egress proxy, if any."""
+    found = set()
+    for variable in PROXY_VARIABLES:
+        url = environ.get(variable) or ""
+        credentials = url.partition("://")[2].partition("/")[0].rpartition("@")[0]
+        if ":" in credentials:
+            found.add(credentials.partition(":")[2])
+    return found
 
 
 def section_secrets_env(settings):
+    own_proxy = proxy_passwords(settings.environ)
     names = [
         {
             "name": clean_text(name, 200),
             "length": len(value),
-            "placeholder": PLACEHOLDER_VALUE.match(value) is not None,
+            "placeholder": is_placeholder(value),
+            # The password of the proxy the sandbox itself routes egress through (srt hands it
+            # out again as CLOUDSDK_PROXY_PASSWORD): it opens that proxy, which the proxy
+            # variables already open, and nothing else. Only the yes/no leaves the probe.
+            "proxy_credential": bool(value) and value in own_proxy,
         }
         for name, value in sorted(settings.environ.items())
         if looks_like_secret_name(name) and not name.startswith(PROBE_SETTING_PREFIX)
@@ -1305,19 +1557,38 @@ def section_secrets_env(settings):
     return {"names": names}
 
 
+def npmrc_holds_token(path):
+    """Whether an .npmrc names a token (`_authToken`, `_auth`, `_password`, also scoped as
+    `//registry/:_authToken`) with a literal value: True, False, or None if it cannot be read.
+    The file is read only to answer this; no line, key or value is kept."""
+    text = read_text(path, MAX_CONFIG_BYTES)
+    if text is None:
+        return None
+    for line in text.splitlines():
+        key, separator, value = line.strip().partition("=")
+        if not separator or key.startswith(("#", ";")):
+            continue
+        value = value.strip().strip("\"'")
+        # `${NPM_TOKEN}` names a variable the secrets_env section already reports.
+        if key.strip().endswith(NPMRC_TOKEN_KEYS) and value and not value.startswith("${"):
+            return True
+    return False
+
+
 def credential_entries(relative, homes, agent_login):
     entries = []
     for via, path, exists in home_file_candidates(relative, homes):
         readable = bool(path) and exists is not False and is_readable(path)
-        entries.append(
-            {
-                "path": relative,
-                "exists": exists,
-                "readable": readable,
-                "agent_login": agent_login,
-                "via": via,
-            }
-        )
+        entry = {
+            "path": relative,
+            "exists": exists,
+            "readable": readable,
+            "agent_login": agent_login,
+            "via": via,
+        }
+        if relative == NPMRC:
+            entry["holds_token"] = npmrc_holds_token(path) if readable else False
+        entries.append(entry)
     return entries
 
 
@@ -1360,11 +1631,7 @@ def runtime_socket_paths(environ):
 def control_socket_results(environ, deadline):
     """Connect to a socket of the probe's own and to a path that does not exist: a refusal of
     the first means the whole syscall is refused, not one path."""
-    import tempfile
-
     missing = "/nonexistent-agentsec-%s/socket" % os.urandom(6).hex()
-    # mkdtemp gets a directory, so tempfile never searches for one: gettempdir() would write a
-    # test file with content into each candidate.
     base = next(
         (
             d
@@ -1373,11 +1640,14 @@ def control_socket_results(environ, deadline):
         ),
         None,
     )
-    try:
-        if base is None:
-            raise OSError(errno.ENOENT, "no directory for a temporary one")
-        directory = tempfile.mkdtemp(prefix=MARKER_PREFIX, dir=base)
-    except OSError:
+    directory = None
+    if base is not None:
+        directory = os.path.join(base, MARKER_PREFIX + os.urandom(8).hex())
+        try:
+            os.mkdir(directory, 0o700)  # a fresh name: it fails rather than reuse anything
+        except OSError:
+            directory = None
+    if directory is None:
         return {"own_socket": "not_attempted", "missing_path": connect_unix(missing, deadline)}
     try:
         own = listen_and_connect(os.path.join(directory, "s"), deadline)
@@ -1404,20 +1674,32 @@ def listen_and_connect(path, deadline):
 def remove_tree_of_one(directory, name):
     """Remove the control socket's directory and the one file it may hold."""
     for remove, path in ((os.unlink, os.path.join(directory, name)), (os.rmdir, directory)):
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 - contextlib is one more import on every run
             remove(path)
+        except OSError:
+            pass
+
+
+def connect_existing_unix(path, deadline):
+    """Connect to a socket path, unless stat shows it is not there. Checked first because a
+    sandbox that refuses every unix socket (seccomp on socket()) answers "denied" for a path that
+    does not exist as much as for one that does: that refusal says nothing about the path."""
+    exists, _ = existence(path)
+    if exists is False:
+        return "absent"
+    return connect_unix(path, deadline)
 
 
 def section_sockets(settings):
     deadline = settings.budget_end
     runtime = [
-        {"path": path, "rootless": rootless, "result": connect_unix(path, deadline)}
+        {"path": path, "rootless": rootless, "result": connect_existing_unix(path, deadline)}
         for path, rootless in runtime_socket_paths(settings.environ)
     ]
     agent_path = settings.environ.get("SSH_AUTH_SOCK")
     ssh_agent = {
         "set": bool(agent_path),
-        "result": connect_unix(agent_path, deadline) if agent_path else "not_attempted",
+        "result": connect_existing_unix(agent_path, deadline) if agent_path else "not_attempted",
     }
     return {
         "runtime": runtime,
@@ -1426,20 +1708,91 @@ def section_sockets(settings):
     }
 
 
+def keyctl_buffer(operation, key, size):
+    """The bytes a KEYCTL_READ or KEYCTL_DESCRIBE puts in a buffer, or None when refused."""
+    handle = libc_handle()
+    if handle is None:
+        return None
+    ctypes = handle[0]
+    buffer = ctypes.create_string_buffer(size)
+    outcome = raw_syscall("keyctl", operation, key, ctypes.addressof(buffer), size)
+    if outcome is None or outcome[0] < 0:
+        return None
+    return buffer.raw[: min(outcome[0], size)]
+
+
+def key_type(key):
+    """A key's type, from KEYCTL_DESCRIBE ("type;uid;gid;perm;description"); the description
+    is dropped at once."""
+    described = keyctl_buffer(KEYCTL_DESCRIBE, key, 512)
+    if described is None:
+        return None
+    return described.split(b";", 1)[0].decode("ascii", "replace")
+
+
+def keys_in_reach():
+    """{key id: type} for the keys /proc/keys lists and those inside the keyrings it lists,
+    walked through nested keyrings. Where /proc/keys is masked (a character device bound over
+    it, as container runtimes do) or unreadable, the walk starts from the thread, process and
+    session keyrings instead. The user keyrings (@u, @us) are never named: asking for them, or
+    for @s where a process has no session keyring, makes the kernel create that uid's keyrings,
+    which outlive the probe (container runtimes give every container a session keyring)."""
+    found, pending = {}, []
+    try:
+        listed = stat.S_ISREG(os.stat("/proc/keys").st_mode)
+    except OSError:
+        listed = False
+    for line in read_lines("/proc/keys") if listed else []:
+        fields = line.split()
+        if len(fields) >= 8:
+            try:
+                key = int(fields[0], 16)
+            except ValueError:
+                continue
+            found[key] = fields[7]  # the type; the description is not kept
+            if fields[7] == "keyring":
+                pending.append(key)
+    if not listed:
+        pending = list(OWN_KEYRINGS)
+    while pending and len(found) < MAX_KEYS:
+        members = keyctl_buffer(KEYCTL_READ, pending.pop(), 4 * MAX_KEYS) or b""
+        for (member,) in struct.iter_unpack("=i", members[: len(members) // 4 * 4]):
+            if member not in found:
+                found[member] = key_type(member)
+                if found[member] == "keyring":
+                    pending.append(member)
+    return found
+
+
 def section_keyring(settings):
-    outcome = raw_syscall("keyctl", KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)
+    # An invalid keyring id answers EINVAL where keyctl works and the sandbox's refusal where it
+    # does not, and creates nothing (a special id such as @s could create keyrings).
+    outcome = raw_syscall("keyctl", KEYCTL_GET_KEYRING_ID, 0, 0)
     if outcome is None:
         session = "error"
-    elif outcome[0] >= 0:
+    elif outcome[1] == errno.EINVAL:
         session = "accessible"
-    elif outcome[1] in (errno.EACCES, errno.EPERM, errno.ENOSYS, errno.ENOKEY):
-        session = "denied"  # refused by the sandbox (seccomp answers ENOSYS), or no keyring
+    elif outcome[1] in (errno.EACCES, errno.EPERM, errno.ENOSYS):
+        session = "denied"  # refused by the sandbox (seccomp answers ENOSYS)
     else:
         session = "error"
     keys = read_text("/proc/keys")  # counted only: descriptions never leave this function
+    reach = keys_in_reach() if session == "accessible" else {}
+    readable_types = {}
+    for key, kind in sorted(reach.items()):
+        if kind in (None, "keyring"):
+            continue
+        # KEYCTL_READ with no buffer answers the payload's size and copies nothing out.
+        read = raw_syscall("keyctl", KEYCTL_READ, key, 0, 0)
+        if read is not None and read[0] >= 0:
+            kind = clean_text(kind, 40)
+            readable_types[kind] = readable_types.get(kind, 0) + 1
+    unknown = session == "error"
     return {
         "session_keyring": session,
         "visible_keys": None if keys is None else len(keys.splitlines()),
+        "readable_keys": None if unknown else sum(readable_types.values()),
+        "readable_key_types": sorted(readable_types),
     }
 
 
@@ -1456,39 +1809,131 @@ def parent_pid(pid):
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
+def proc_self_pid():
+    """This process's pid as the mounted /proc numbers it: a /proc from another pid namespace
+    (the host's, bound into a sandbox) numbers every process, this one too, its own way."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
+def environ_entries(path):
+    """(state, entries) for an environ file: "absent" (no such process), "refused" (opening or
+    reading it was refused) or "read", with its NAME=VALUE entries as a set of bytes. The set
+    lives only as long as the comparison that needs it: no value is kept or reported."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        gone = exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ESRCH)
+        return ("absent" if gone else "refused"), None
+    chunks, size = [], 0
+    try:
+        while size < MAX_ENVIRON_BYTES:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        return "refused", None
+    finally:
+        os.close(fd)
+    return "read", {entry for entry in b"".join(chunks).split(b"\0") if entry}
+
+
+def environ_dict(entries):
+    found = {}
+    for entry in entries:
+        name, _, value = entry.partition(b"=")
+        if name not in SHELL_BOOKKEEPING:
+            found[name] = value
+    return found
+
+
+def extra_entries(theirs, ours):
+    """How many variables another process holds beyond this one's, and the secret-looking names
+    among them. Beyond means a name this process lacks, or a secret-looking name whose value
+    differs (a wrapper that swapped a key for a decoy leaves the key with its parent). A helper
+    of the sandbox's own (its init, a wrapper, a proxy bridge) started with this environment, or
+    one a wrapper only adjusted (codex prepends to PATH), holds nothing more."""
+    their_values, our_values = environ_dict(theirs), environ_dict(ours)
+    names = []
+    for name, value in their_values.items():
+        text = name.decode("utf-8", "replace")
+        swapped = our_values.get(name, value) != value and looks_like_secret_name(text)
+        if name not in our_values or swapped:
+            names.append(text)
+    return len(names), {clean_text(n, 200) for n in names if looks_like_secret_name(n)}
+
+
 def section_proc_environ(settings):
-    own = os.getpid()
-    own_tasks = set()
-    with contextlib.suppress(OSError):
+    own = proc_self_pid()
+    try:
         own_tasks = {int(name) for name in os.listdir("/proc/self/task") if name.isdigit()}
+    except OSError:
+        own_tasks = set()
+    state, ours = environ_entries("/proc/self/environ")
+    if ours is None:
+        raise OSError(errno.EACCES, "this process's own environ could not be read")
     pid1_is_self = own == 1
-    checked = readable = 0
+    checked = readable = holding_more = 0
+    others_names = set()
     for pid in numeric_proc_entries():
         if checked >= MAX_OTHER_PIDS:
             break
         # The probe, its threads and its children (the namespace test) are not "others".
         if pid in (1, own) or pid in own_tasks or parent_pid(pid) == own:
             continue
-        opened = can_open("/proc/%d/environ" % pid, os.O_RDONLY)
-        if opened is None:  # a kernel thread (no environment), or the process ended meanwhile
-            continue
+        state, theirs = environ_entries("/proc/%d/environ" % pid)
+        if state == "absent" or (state == "read" and not theirs):
+            continue  # ended meanwhile, or a kernel thread (no environment at all)
         checked += 1
-        readable += int(opened)
-    pid1 = None if pid1_is_self else can_open("/proc/1/environ", os.O_RDONLY)
+        if state == "read":
+            readable += 1
+            count, names = extra_entries(theirs, ours)
+            holding_more += int(count > 0)
+            others_names |= names
+    pid1 = {"readable": None, "holds_more": None, "extra": None, "names": set()}
+    if not pid1_is_self:
+        state, theirs = environ_entries("/proc/1/environ")
+        pid1["readable"] = None if state == "absent" else state == "read"
+        if theirs is not None:
+            count, pid1["names"] = extra_entries(theirs, ours)
+            pid1.update(holds_more=count > 0, extra=count)
+    theirs = ours = None
     return {
         "pid1_is_self": pid1_is_self,
-        "pid1_environ_readable": pid1,
+        "pid1_environ_readable": pid1["readable"],
+        "pid1_holds_more": pid1["holds_more"],
+        "pid1_extra_entries": pid1["extra"],
+        "pid1_extra_secret_names": sorted(pid1["names"])[:MAX_REPORTED_NAMES],
         "others_checked": checked,
         "others_readable": readable,
+        "others_holding_more": holding_more,
+        "others_extra_secret_names": sorted(others_names)[:MAX_REPORTED_NAMES],
     }
 
 
 def unescape_mount_field(text):
-    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), text)
+    """mountinfo writes space, tab, newline and backslash in a path as \\NNN (octal)."""
+    if "\\" not in text:
+        return text
+    parts, index = [], 0
+    while index < len(text):
+        code = text[index + 1 : index + 4]
+        if text[index] == "\\" and len(code) == 3 and set(code) <= OCTAL_DIGITS:
+            parts.append(chr(int(code, 8)))
+            index += 4
+        else:
+            parts.append(text[index])
+            index += 1
+    return "".join(parts)
 
 
 def read_mounts():
-    """Mounts from /proc/self/mountinfo as dicts: root, mountpoint, options, fstype, super."""
+    """Mounts from /proc/self/mountinfo, in mount order, as dicts: device (major:minor), root,
+    mountpoint, options, fstype, super."""
     mounts = []
     for line in read_lines("/proc/self/mountinfo"):
         left, separator, right = line.partition(" - ")
@@ -1497,6 +1942,7 @@ def read_mounts():
             continue
         mounts.append(
             {
+                "device": fields[2],
                 "root": unescape_mount_field(fields[3]),
                 "mountpoint": unescape_mount_field(fields[4]),
                 "options": fields[5].split(","),
@@ -1520,12 +1966,35 @@ def setuid_binaries():
     return found
 
 
+def is_scratch_mount(mount, mounts):
+    """A tmpfs (or ramfs) made for the sandbox: mounted from its own root and seen nowhere else.
+    What is written there vanishes with it, so it masks the host's directory rather than writing
+    it. The same filesystem mounted at a second place (the host's /dev/shm bound over /root, say)
+    is shared with something outside, and is not a mask; `mounts` includes hidden mounts, since a
+    sandbox's copy of the host's mount tree still lists the host's own, under its new ones."""
+    if mount is None or mount["fstype"] not in SCRATCH_FILESYSTEMS or mount["root"] != "/":
+        return False
+    inside = mount["mountpoint"].rstrip("/") + "/"
+    return all(
+        other["device"] != mount["device"]
+        or other["mountpoint"] == mount["mountpoint"]
+        or other["mountpoint"].startswith(inside)
+        for other in mounts
+    )
+
+
 def section_filesystem(settings):
+    every_mount = read_mounts()
+    mounts = visible_mounts(every_mount)
     writable_dirs = []
     for path in WRITABLE_DIRS:
         writable, code = create_marker(path)
-        writable_dirs.append({"path": path, "writable": writable, "errno": code})
-    mounts = read_mounts()
+        entry = {"path": path, "writable": writable, "errno": code}
+        if writable:
+            mount = mount_holding(os.path.realpath(path), mounts)
+            entry["fstype"] = mount["fstype"] if mount else None
+            entry["scratch_mount"] = is_scratch_mount(mount, every_mount)
+        writable_dirs.append(entry)
     root_options = [m["options"] for m in mounts if m["mountpoint"] == "/"]
     host_mounts = [
         {
@@ -1533,6 +2002,11 @@ def section_filesystem(settings):
             "fstype": m["fstype"],
             "rw": "rw" in m["options"],
             "root": clean_text(m["root"]),
+            # A mount read-write at the mount level can still refuse this process (its owner,
+            # Landlock, a seccomp rule): whether a write lands is tried, as for the system paths.
+            "writable": "rw" in m["options"] and path_writable(
+                m["mountpoint"], os.path.isdir(m["mountpoint"])
+            ),
         }
         for m in mounts
         if m["fstype"] in BLOCK_FILESYSTEMS and m["mountpoint"] != "/"
@@ -1540,6 +2014,7 @@ def section_filesystem(settings):
     return {
         "writable_dirs": writable_dirs,
         "root_rw": "rw" in root_options[-1] if root_options else None,
+        "root_scratch_mount": is_scratch_mount(mount_holding("/", mounts), every_mount),
         "host_mounts": host_mounts,
         "host_root_mounted": [m["mountpoint"] for m in host_mounts if m["root"] == "/"],
         "sysrq_writable": can_open("/proc/sysrq-trigger", os.O_WRONLY),
@@ -1565,8 +2040,24 @@ def section_processes(settings):
     return {
         "visible_pids": len(numeric_proc_entries()),
         "own_pid_namespace": own_pid_namespace(),
+        # A /proc mounted from another pid namespace (the host's, bound in) numbers this
+        # process differently from getpid(), and lists that namespace's processes.
+        "proc_is_foreign": proc_self_pid() != os.getpid(),
+        "proc_shows_host": proc_shows_host(),
         "pid1_comm": clean_text(comm.strip(), 64) if comm else None,
     }
+
+
+def proc_shows_host():
+    """Whether the mounted /proc lists the host's processes: kernel threads (kthreadd is pid 2,
+    with no parent) exist only in the initial pid namespace. A sandbox nested in pid namespaces
+    of its own (srt runs its command in a second one under bwrap's) shows its own helpers under
+    the outer /proc, not the host's. None when /proc cannot be read at all."""
+    stat_line = read_text("/proc/2/stat", 4096)
+    if stat_line is None:
+        return False if existence("/proc/self")[0] else None
+    fields = stat_line.rpartition(")")[2].split()
+    return len(fields) > 1 and fields[1] == "0"
 
 
 def section_persistence(settings):
@@ -1599,14 +2090,35 @@ def section_persistence(settings):
     }
 
 
-def mount_fstype(path):
-    """The filesystem type of the mount holding path (the longest mountpoint prefix)."""
-    best, fstype = -1, None
-    for mount in read_mounts():
+def visible_mounts(mounts):
+    """The mounts not hidden by a later mount on the same point or on a directory above it
+    (mountinfo lists them in mount order, a parent before what is mounted under it)."""
+    visible = []
+    for mount in mounts:
+        point = mount["mountpoint"]
+        below = point.rstrip("/") + "/"
+        visible = [
+            m for m in visible if m["mountpoint"] != point and not m["mountpoint"].startswith(below)
+        ]
+        visible.append(mount)
+    return visible
+
+
+def mount_holding(path, mounts):
+    """The mount that holds path: the longest mountpoint prefix, the last one mounted there."""
+    best, best_length = None, -1
+    for mount in mounts:
         point = mount["mountpoint"].rstrip("/") or "/"
-        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > best:
-            best, fstype = len(point), mount["fstype"]
-    return fstype
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best_length:
+            best, best_length = mount, len(point)
+    return best
+
+
+def mount_fstype(path):
+    """The filesystem type of the mount holding path."""
+    mount = mount_holding(path, visible_mounts(read_mounts()))
+    return mount["fstype"] if mount else None
 
 
 def own_cgroups():
@@ -1623,36 +2135,97 @@ def own_cgroups():
     return v1, v2
 
 
-def cgroup_chain(mount, path):
-    """The probe's cgroup directory under this mount and every ancestor up to the mount."""
-    root = mount["root"].rstrip("/")
-    if path != root and not path.startswith(root + "/"):
-        return []
-    directory = os.path.normpath(mount["mountpoint"] + "/" + path[len(root) :])
-    chain = [directory]
-    while len(directory) > len(mount["mountpoint"]) and directory != "/":
-        directory = os.path.dirname(directory)
-        chain.append(directory)
+def leading_ups(parts):
+    count = 0
+    while count < len(parts) and parts[count] == "..":
+        count += 1
+    return count
+
+
+def directories_at_depth(base, depth):
+    """Directories exactly `depth` levels below base (at most MAX_CGROUP_CANDIDATES)."""
+    level = [base]
+    for _ in range(depth):
+        below = []
+        for directory in level:
+            try:
+                with os.scandir(directory) as entries:
+                    below += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                continue
+            if len(below) > MAX_CGROUP_CANDIDATES:
+                return []
+        level = below
+    return level
+
+
+def holds_this_process(directory):
+    procs = read_text(os.path.join(directory, "cgroup.procs"), 1 << 20)
+    return procs is not None and str(os.getpid()) in procs.split()
+
+
+def cgroup_directory(mount, path):
+    """Where the probe's cgroup `path` (from /proc/self/cgroup) sits under this mount, or None.
+
+    /proc/self/cgroup gives paths relative to the probe's cgroup namespace, and mountinfo gives
+    the mount's root relative to it too. A cgroup filesystem mounted before the namespace was
+    made (the host's, bound into a sandbox) has its root above the namespace's: "/.." per level.
+    The names of those levels are not shown, so the directory is found by looking for this
+    process in the cgroup.procs of every cgroup that deep."""
+    root_parts = [p for p in mount["root"].split("/") if p]
+    path_parts = [p for p in path.split("/") if p]
+    ups = leading_ups(root_parts)
+    if ups == 0:
+        if path_parts[: len(root_parts)] != root_parts:
+            return None
+        return os.path.join(mount["mountpoint"], *path_parts[len(root_parts) :])
+    path_ups = leading_ups(path_parts)
+    if ups != len(root_parts) or path_ups > ups:
+        return None  # the mount shows a branch beside this namespace, not above it
+    rest = path_parts[path_ups:]
+    found = [
+        os.path.join(candidate, *rest)
+        for candidate in directories_at_depth(mount["mountpoint"], ups - path_ups)
+        if holds_this_process(os.path.join(candidate, *rest))
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def cgroup_chain(mount, directory):
+    """A cgroup directory under this mount and every ancestor up to the mount."""
+    chain = [os.path.normpath(directory)]
+    while len(chain[-1]) > len(mount["mountpoint"]) and chain[-1] != "/":
+        chain.append(os.path.dirname(chain[-1]))
     return chain
 
 
 def limit_files(mounts):
-    """(file, kind) for every memory and pids limit that applies to the probe."""
+    """([(file, kind)] for every memory and pids limit that applies to the probe, {kind: True
+    when the probe's cgroup for that controller was found under a mounted cgroup filesystem,
+    False when such a filesystem is mounted but the cgroup could not be found in it, None when
+    no cgroup filesystem carrying that controller is mounted at all})."""
     v1, v2 = own_cgroups()
-    files = []
+    files, found = [], {"memory": None, "pids": None}
+
+    def add(kind, mount, directory, name):
+        if directory is None:
+            found[kind] = found[kind] or False
+            return
+        found[kind] = True
+        files.extend((d + "/" + name, kind) for d in cgroup_chain(mount, directory))
+
     for mount in mounts:
         if mount["fstype"] == "cgroup2" and v2 is not None:
-            for directory in cgroup_chain(mount, v2):
-                files += [(directory + "/memory.max", "memory"), (directory + "/pids.max", "pids")]
+            controllers = read_text(mount["mountpoint"] + "/cgroup.controllers", 4096) or ""
+            wanted = [k for k in ("memory", "pids") if k in controllers.split()]
+            directory = cgroup_directory(mount, v2) if wanted else None
+            for kind in wanted:
+                add(kind, mount, directory, kind + ".max")
         elif mount["fstype"] == "cgroup":
-            if "memory" in mount["super"] and "memory" in v1:
-                files += [
-                    (d + "/memory.limit_in_bytes", "memory")
-                    for d in cgroup_chain(mount, v1["memory"])
-                ]
-            if "pids" in mount["super"] and "pids" in v1:
-                files += [(d + "/pids.max", "pids") for d in cgroup_chain(mount, v1["pids"])]
-    return files
+            for kind, name in (("memory", "memory.limit_in_bytes"), ("pids", "pids.max")):
+                if kind in mount["super"] and kind in v1:
+                    add(kind, mount, cgroup_directory(mount, v1[kind]), name)
+    return files, found
 
 
 def read_limit(path, absurd):
@@ -1673,7 +2246,8 @@ def rlimit_nproc():
 
 def section_resources(settings):
     limits = {"memory": [], "pids": []}
-    for path, kind in limit_files(read_mounts()):
+    files, found = limit_files(visible_mounts(read_mounts()))
+    for path, kind in files:
         value = read_limit(path, ABSURD_MEMORY_LIMIT if kind == "memory" else PID_MAX_LIMIT)
         if value is not None:
             limits[kind].append(value)
@@ -1681,6 +2255,7 @@ def section_resources(settings):
         "memory_limit": min(limits["memory"]) if limits["memory"] else None,
         "pids_limit": min(limits["pids"]) if limits["pids"] else None,
         "rlimit_nproc": rlimit_nproc(),
+        "cgroup_found": found,
     }
 
 
@@ -1719,7 +2294,7 @@ def section_paths(settings):
     raw = settings.environ.get("AGENTSEC_PROBE_PATHS")
     if not raw:
         return {"requested": False, "entries": []}
-    paths = json.loads(raw)
+    paths = json_value(raw)
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise ValueError("AGENTSEC_PROBE_PATHS must be a JSON list of strings")
     return {"requested": True, "entries": [assert_path_entry(p) for p in paths[:MAX_ASSERT_PATHS]]}
@@ -1828,6 +2403,54 @@ def run_all(settings):
     return sections, context[1]
 
 
+JSON_ESCAPES = {
+    "\\": "\\\\",
+    '"': '\\"',
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+
+
+def json_string(text):
+    """A JSON string in ASCII: what is not printable ASCII is escaped, as json.dumps would."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return '"' + text + '"'
+    parts = []
+    for character in text:
+        if character in JSON_ESCAPES:
+            parts.append(JSON_ESCAPES[character])
+        elif " " <= character <= "~":
+            parts.append(character)
+        elif ord(character) > 0xFFFF:
+            code = ord(character) - 0x10000
+            parts.append("\\u%04x\\u%04x" % (0xD800 | code >> 10, 0xDC00 | code & 0x3FF))
+        else:
+            parts.append("\\u%04x" % ord(character))
+    return '"' + "".join(parts) + '"'
+
+
+def json_text(value):
+    """The probe's output as compact JSON (json.dumps with separators (",", ":"))."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "null"
+    if isinstance(value, dict):
+        return "{%s}" % ",".join(json_string(str(k)) + ":" + json_text(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "[%s]" % ",".join(json_text(item) for item in value)
+    return json_string(value if isinstance(value, str) else str(value))
+
+
 def build_settings(environ, started):
     timeout = read_timeout(environ)
     targets, overridden, targets_error = load_targets(environ)
@@ -1855,7 +2478,7 @@ def main():
     report = {
         "probe_format": PROBE_FORMAT,
         "probe_version": PROBE_VERSION,
-        "python": platform.python_version(),
+        "python": "%d.%d.%d" % sys.version_info[:3],
         "platform": sys.platform,
         "started_at": started_at,
         "elapsed_s": round(time.monotonic() - started, 3),
@@ -1866,7 +2489,7 @@ def main():
         "sections": sections,
     }
     try:
-        sys.stdout.write(json.dumps(report, separators=(",", ":"), default=str) + "\n")
+        sys.stdout.write(json_text(report) + "\n")
         sys.stdout.flush()
     except (OSError, ValueError):
         os._exit(1)

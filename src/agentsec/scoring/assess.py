@@ -28,6 +28,7 @@ class Finding:
     severity: Severity
     points: int
     evidence: tuple[str, ...]
+    detail: tuple[str, ...]
     owasp: tuple[str, ...]
     flags: tuple[str, ...]
     advice: str
@@ -94,6 +95,7 @@ def _finding(spec: FindingSpec, hit: Hit, catalogue: Catalogue) -> Finding:
         severity=severity,
         points=catalogue.points[severity],
         evidence=hit.evidence,
+        detail=hit.detail,
         owasp=spec.owasp,
         flags=spec.remediation.flags,
         advice=spec.remediation.advice,
@@ -126,13 +128,24 @@ def assess(
         spec = catalogue.finding(entry.finding_id)
         try:
             hit = entry.detect(facts)
+            finding = None if hit is None else _finding(spec, hit, catalogue)
         except CannotTell as why:
             reason = str(why)
-            if reason not in unmeasured_by_axis[spec.axis]:
-                unmeasured_by_axis[spec.axis].append(reason)
+        except CatalogueError:
+            raise  # the shipped catalogue is wrong: a defect to fix, not a sandbox property
+        except Exception as exc:
+            # A malformed value the detector did not expect (a list where a port belongs): the
+            # finding cannot be decided, so its axis is not measured and the rest is scored.
+            reason = (
+                f"{entry.finding_id} could not be decided from the probe output "
+                f"({type(exc).__name__})"
+            )
+        else:
+            if finding is not None:
+                findings.append(finding)
             continue
-        if hit is not None:
-            findings.append(_finding(spec, hit, catalogue))
+        if reason not in unmeasured_by_axis[spec.axis]:
+            unmeasured_by_axis[spec.axis].append(reason)
 
     axes = []
     for axis in catalogue.axes:

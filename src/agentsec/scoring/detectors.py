@@ -25,11 +25,15 @@ class SectionFailed(CannotTell):
 
 @dataclass(frozen=True)
 class Hit:
+    # What is exposed, by kind: a host, a path, a variable name. Baselines compare these, so an
+    # item never carries a count that moves with host activity (processes running, keys held).
     evidence: tuple[str, ...]
     # Only for findings whose catalogue severity is "varies": the evidence items that decide it.
     severity_keys: tuple[str, ...] = ()
     # Overrides the catalogue severity when the context makes a finding weaker (never stronger).
     severity_cap: Severity | None = None
+    # Counts and context for a reader; never compared by a baseline.
+    detail: tuple[str, ...] = ()
 
 
 class Facts:
@@ -148,14 +152,18 @@ def mapped_to_host_root(facts: Facts) -> Hit | None:
     """Host root is our uid, through however many user namespaces.
 
     /proc/self/uid_map is relative to the parent namespace, which bubblewrap itself nests, so
-    it cannot say this. A kernel sysctl file is owned by host root: it shows as our euid when
-    host root maps to us, and as the overflow uid when host root is not mapped at all. When our
-    euid is the overflow uid the two cannot be told apart and the finding stays quiet; the
-    consequences it would explain (FS-008, FS-009, SEC-005) are measured directly.
+    it cannot say this. Two kernel facts can: a sysctl file is owned by host root, so it shows
+    as our euid when host root maps to us (and as the overflow uid when host root is not mapped
+    at all); and the kernel lets only host root open a sysctl such as core_pattern for writing.
+    The second still tells when our euid is the overflow uid itself, where ownership cannot.
     """
     if not _in_userns(facts):
         return None
     euid = _euid(facts)
+    if facts.optional("identity", "kernel_file_writable", bool):
+        return Hit(
+            (f"uid {euid} here is uid 0 on the host (a host-root-only sysctl opens for writing)",)
+        )
     owner = facts.optional("identity", "kernel_file_owner", int)
     overflow = facts.optional("identity", "overflow_uid", int)
     if owner is None or overflow is None or euid == overflow:
@@ -163,6 +171,31 @@ def mapped_to_host_root(facts: Facts) -> Hit | None:
     if owner == euid:
         return Hit((f"uid {euid} here is uid 0 on the host (host-root-owned files are ours)",))
     return None
+
+
+def io_uring(facts: Facts) -> Hit | None:
+    """io_uring's operations (open, connect, socket...) are carried out by the kernel without
+    passing through the syscall entry a seccomp filter inspects, so a filter that refuses
+    socket() does not refuse IORING_OP_SOCKET. Under a filter that is a hole in it; without one
+    it is still one of the kernel's largest attack surfaces."""
+    state = facts.optional("identity", "io_uring", dict)
+    if state is None:
+        raise CannotTell("io_uring was not tried (an older probe, or unknown syscall numbers here)")
+    result = state.get("result")
+    if result in ("refused", "unavailable"):
+        return None
+    if result != "creatable":
+        raise CannotTell(f"io_uring setup failed in an unexpected way ({state.get('errno')})")
+    seccomp = facts.optional("identity", "seccomp", int)
+    if seccomp:
+        return Hit(
+            (
+                "io_uring instances can be created",
+                "a seccomp filter is active: io_uring bypasses it",
+            ),
+            severity_keys=("bypasses-seccomp",),
+        )
+    return Hit(("io_uring instances can be created",), severity_keys=("no-filter",))
 
 
 def dangerous_capabilities(facts: Facts) -> Hit | None:
@@ -298,6 +331,10 @@ def _proxy_results(facts: Facts) -> list[dict[str, Any]]:
         raise CannotTell(
             "the proxy demands credentials; AGENTSEC_PROBE_PROXY_AUTH=1 lets the probe send them"
         )
+    if not any(isinstance(r.get("status"), int) for r in results):
+        # No status line at all: the proxy was not reached, or closed without answering. Nothing
+        # was learnt about what it forwards, which is not the same as "it forwards nothing".
+        raise CannotTell("the configured proxy answered none of the probe's requests")
     return results
 
 
@@ -348,11 +385,12 @@ def runtime_socket_refused(facts: Facts) -> Hit | None:
 
 
 def secret_env_names(facts: Facts) -> Hit | None:
-    # agentcage placeholders are decoys the gateway swaps on the wire: nothing to steal.
+    # agentcage placeholders are decoys the gateway swaps on the wire: nothing to steal. The
+    # password of the sandbox's own egress proxy opens only that proxy, already open to it.
     return _hit(
         str(r.get("name"))
         for r in facts.records("secrets_env", "names")
-        if r.get("placeholder") is not True
+        if r.get("placeholder") is not True and r.get("proxy_credential") is not True
     )
 
 
@@ -360,11 +398,18 @@ def _readable_files(facts: Facts) -> list[dict[str, Any]]:
     return [r for r in facts.records("credentials", "files") if r.get("readable") is True]
 
 
+# Configuration that is readable but holds no credential: ~/.gitconfig names a user (a helper it
+# names is found through ~/.git-credentials); an .npmrc counts only when it names a token.
+_NOT_CREDENTIALS = frozenset({"~/.gitconfig", "/etc/shadow"})
+
+
 def credential_files(facts: Facts) -> Hit | None:
     return _hit(
         str(r.get("path"))
         for r in _readable_files(facts)
-        if not r.get("agent_login") and r.get("path") != "/etc/shadow"
+        if not r.get("agent_login")
+        and r.get("path") not in _NOT_CREDENTIALS
+        and r.get("holds_token") is not False
     )
 
 
@@ -378,20 +423,51 @@ def shadow_readable(facts: Facts) -> Hit | None:
     )
 
 
+def _names_held(names: Any, who: str) -> list[str]:
+    if not isinstance(names, list):
+        return []
+    return [f"{who} holds {n}" for n in names if isinstance(n, str)]
+
+
 def pid1_environ(facts: Facts) -> Hit | None:
+    """PID 1's environment is a leak only where it holds what this process does not: the
+    sandbox's own init (bwrap as PID 1) started with the same environment reveals nothing, while
+    one that cleared the environment for its child (bwrap --clearenv) still holds the old one."""
     if facts.value("proc_environ", "pid1_is_self", bool):
         return None
-    if facts.value("proc_environ", "pid1_environ_readable", bool):
+    if not facts.value("proc_environ", "pid1_environ_readable", bool):
+        return None
+    data = facts.section("proc_environ")
+    if "pid1_holds_more" not in data:  # an older probe: readable is all it could say
         return Hit(("/proc/1/environ opens for reading",))
-    return None
+    if not facts.value("proc_environ", "pid1_holds_more", bool):
+        return None
+    extra = facts.optional("proc_environ", "pid1_extra_entries", int)
+    names = _names_held(data.get("pid1_extra_secret_names"), "PID 1")
+    return Hit(
+        ("PID 1's environment is readable and holds variables this process lacks", *sorted(names)),
+        detail=(f"{extra} entries this process lacks",) if extra is not None else (),
+    )
 
 
 def other_environs(facts: Facts) -> Hit | None:
     readable = facts.value("proc_environ", "others_readable", int)
     checked = facts.value("proc_environ", "others_checked", int)
-    if readable > 0:
-        return Hit((f"{readable} of {checked} other processes' environ open for reading",))
-    return None
+    data = facts.section("proc_environ")
+    if "others_holding_more" not in data:  # an older probe
+        if readable > 0:
+            return Hit(("other processes' environ open for reading",),
+                       detail=(f"{readable} of {checked} readable",))
+        return None
+    holding = facts.value("proc_environ", "others_holding_more", int)
+    if holding == 0:
+        return None
+    names = _names_held(data.get("others_extra_secret_names"), "another process")
+    return Hit(
+        ("other processes' environments are readable and hold variables this process lacks",
+         *sorted(names)),
+        detail=(f"{holding} of {checked} other processes hold more; {readable} readable",),
+    )
 
 
 def ssh_agent(facts: Facts) -> Hit | None:
@@ -402,11 +478,26 @@ def ssh_agent(facts: Facts) -> Hit | None:
 
 
 def session_keyring(facts: Facts) -> Hit | None:
+    """Keys the process can read the payload of. Keyrings themselves hold no secret: a fresh,
+    empty session keyring is not a finding, whatever /proc/keys lists."""
     state = facts.value("keyring", "session_keyring", str)
-    keys = facts.optional("keyring", "visible_keys", int) or 0
-    if state == "accessible" and keys > 0:
-        return Hit((f"session keyring reachable, {keys} keys visible",))
-    return None
+    data = facts.section("keyring")
+    if "readable_keys" not in data:  # an older probe counted /proc/keys lines
+        keys = facts.optional("keyring", "visible_keys", int) or 0
+        if state == "accessible" and keys > 0:
+            return Hit(("session keyring reachable with keys listed",), detail=(f"{keys} lines",))
+        return None
+    if state == "denied":
+        return None
+    readable = facts.value("keyring", "readable_keys", int)
+    if readable == 0:
+        return None
+    types = facts.optional("keyring", "readable_key_types", list) or []
+    return Hit(
+        tuple(f"readable {t} keys in reach" for t in types if isinstance(t, str))
+        or ("readable keys in reach",),
+        detail=(f"{readable} readable keys",),
+    )
 
 
 # --- filesystem ----------------------------------------------------------------------------
@@ -418,13 +509,18 @@ _RUNTIME_MANAGED_MOUNTS = frozenset({"/etc/resolv.conf", "/etc/hostname", "/etc/
 
 
 def _writable_system_dirs(facts: Facts) -> list[str]:
+    """System directories a write reaches: not scratch space, and not a tmpfs made for the
+    sandbox over the directory (an empty tmpfs over /root masks the host's, it does not
+    write it)."""
     dirs = facts.records("filesystem", "writable_dirs")
     if not dirs:
         raise CannotTell("filesystem.writable_dirs is empty")
     return [
         str(r.get("path"))
         for r in dirs
-        if r.get("writable") is True and r.get("path") not in _SCRATCH_DIRS
+        if r.get("writable") is True
+        and r.get("path") not in _SCRATCH_DIRS
+        and r.get("scratch_mount") is not True
     ]
 
 
@@ -436,16 +532,21 @@ def system_paths_writable(facts: Facts) -> Hit | None:
 def root_rw(facts: Facts) -> Hit | None:
     if _writable_system_dirs(facts):
         return None  # FS-001 already says more
-    if facts.value("filesystem", "root_rw", bool):
+    if facts.value("filesystem", "root_rw", bool) and not facts.optional(
+        "filesystem", "root_scratch_mount", bool
+    ):
         return Hit(("/ is mounted read-write",))
     return None
 
 
 def host_rw_mounts(facts: Facts) -> Hit | None:
+    # Mounted read-write and a write really lands (an older probe said only the former).
     return _hit(
         str(r.get("mountpoint"))
         for r in facts.records("filesystem", "host_mounts")
-        if r.get("rw") is True and r.get("mountpoint") not in _RUNTIME_MANAGED_MOUNTS
+        if r.get("rw") is True
+        and r.get("writable") is not False
+        and r.get("mountpoint") not in _RUNTIME_MANAGED_MOUNTS
     )
 
 
@@ -482,19 +583,48 @@ def core_pattern_writable(facts: Facts) -> Hit | None:
     return None
 
 
+# Sysctls that belong to a namespace: written in a namespace of the sandbox's own, they change
+# that namespace only (its hostname, its own network stack), never the host's.
+_NAMESPACED_SYSCTLS = (("/proc/sys/kernel/hostname", "uts"), ("/proc/sys/net/", "net"))
+
+
+def _namespace_of(path: str) -> str | None:
+    for prefix, kind in _NAMESPACED_SYSCTLS:
+        if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
+            return kind
+    return None
+
+
 def proc_sys_writable(facts: Facts) -> Hit | None:
-    paths = facts.optional("filesystem", "proc_sys_writable", list) or []
-    return _hit(str(p) for p in paths if p != "/proc/sys/kernel/core_pattern")
+    paths = [
+        p
+        for p in facts.optional("filesystem", "proc_sys_writable", list) or []
+        if isinstance(p, str) and p != "/proc/sys/kernel/core_pattern"
+    ]
+    own: dict[str, Any] = {}
+    if any(_namespace_of(p) for p in paths):
+        own = facts.optional("identity", "own_namespaces", dict) or {}
+    return _hit(p for p in paths if own.get(_namespace_of(p) or "") is not True)
 
 
 # --- processes, persistence, resources -----------------------------------------------------
 
 
 def host_processes_visible(facts: Facts) -> Hit | None:
-    if facts.value("processes", "own_pid_namespace", bool):
-        return None
     visible = facts.optional("processes", "visible_pids", int)
-    return Hit((f"{visible} processes visible, PID namespace shared with the host",))
+    detail = (f"{visible} processes visible",) if visible is not None else ()
+    own = facts.value("processes", "own_pid_namespace", bool)
+    data = facts.section("processes")
+    if "proc_shows_host" not in data:  # an older probe: the namespace is all it could say
+        return None if own else Hit(("PID namespace shared with the host",), detail=detail)
+    if not facts.value("processes", "proc_shows_host", bool):
+        # Its own /proc, or the /proc of the sandbox's outer pid namespace (its own helpers).
+        return None
+    if not own:
+        return Hit(("PID namespace shared with the host",), detail=detail)
+    # A pid namespace of its own, but the host's /proc bound in: every host process is listed,
+    # with its command line and its open files.
+    return Hit(("/proc is the host's and lists its processes",), detail=detail)
 
 
 def _appendable(kind: str) -> Detector:
@@ -519,9 +649,18 @@ def git_hooks_writable(facts: Facts) -> Hit | None:
 
 def no_limits(facts: Facts) -> Hit | None:
     data = facts.section("resources")
-    if data.get("memory_limit") is None and data.get("pids_limit") is None:
-        return Hit(("no cgroup memory limit", "no cgroup pids limit"))
-    return None
+    if data.get("memory_limit") is not None or data.get("pids_limit") is not None:
+        return None
+    found = data.get("cgroup_found")
+    found = found if isinstance(found, dict) else {}
+    lost = sorted(k for k in ("memory", "pids") if found.get(k) is False)
+    if lost:
+        # A cgroup filesystem is mounted but the probe's own cgroup could not be found in it (a
+        # cgroup namespace that hides the names above it): a limit may apply that it cannot see.
+        raise CannotTell(f"the probe's own {' and '.join(lost)} cgroup could not be located")
+    unseen = sorted(k for k in ("memory", "pids") if k in found and found[k] is None)
+    detail = (f"no cgroup filesystem for {' or '.join(unseen)} is mounted here",) if unseen else ()
+    return Hit(("no cgroup memory limit", "no cgroup pids limit"), detail=detail)
 
 
 def build_registry() -> DetectorRegistry:
@@ -536,6 +675,7 @@ def build_registry() -> DetectorRegistry:
         ("PRIV-006", ("namespaces",), namespaces_creatable),
         ("PRIV-007", ("identity",), no_mac_profile),
         ("PRIV-008", ("identity",), mapped_to_host_root),
+        ("PRIV-009", ("identity",), io_uring),
         ("NET-001", ("network",), egress_connects),
         ("NET-002", ("network",), metadata_reachable),
         ("NET-003", ("network",), no_network),
@@ -565,7 +705,7 @@ def build_registry() -> DetectorRegistry:
         ("FS-006", ("filesystem", "identity"), setuid_without_nnp),
         ("FS-007", ("filesystem",), only_workdir_writable),
         ("FS-008", ("filesystem",), core_pattern_writable),
-        ("FS-009", ("filesystem",), proc_sys_writable),
+        ("FS-009", ("filesystem", "identity"), proc_sys_writable),
         ("PROC-001", ("processes",), host_processes_visible),
         ("PERS-001", ("persistence",), _appendable("shell")),
         ("PERS-002", ("persistence",), _appendable("ssh")),

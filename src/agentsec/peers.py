@@ -1,0 +1,163 @@
+"""Agents' own sandboxes as launchers: Anthropic's sandbox-runtime (`srt`) and Codex CLI's
+`codex sandbox`. Each builds an argv that runs a command inside that tool's sandbox, for a pinned
+version of the tool; nothing here runs the sandbox itself.
+
+Where the tools come from: a directory named by AGENTSEC_PEER_BIN, then PATH, then the
+checkout's `.tools/npm/node_modules/.bin` (what scripts/setup-peers.sh installs). A preset names
+the version it measures; another version installed is an error, not a silent substitute.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from agentsec.errors import AgentsecError
+
+PEER_ENGINES = ("srt", "codex")
+CHECKOUT_TOOLS = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
+# srt runs its proxy bridges with socat and searches with ripgrep: without them a sandbox is
+# not what the preset says (a peer that runs commands unsandboxed when a helper is missing is
+# the failure this tool exists to catch), so the launch is refused instead.
+SRT_HELPERS = ("socat", "rg", "bwrap")
+VERSION_TIMEOUT_S = 30
+# Codex refuses a CODEX_HOME under /tmp for its sandbox helpers; it lives in the user's home.
+CODEX_HOME = ".cache/agentsec/codex-home"
+
+
+class PeerError(AgentsecError):
+    """A peer sandbox that cannot be launched as the preset describes."""
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """An unprivileged uid to start the peer as (from root), with that user's home."""
+
+    uid: int
+    gid: int
+    home: str
+    name: str
+
+    @classmethod
+    def parse(cls, spec: str) -> RunAs:
+        uid_text, _, gid_text = spec.partition(":")
+        if not uid_text.isdigit() or (gid_text and not gid_text.isdigit()):
+            raise PeerError(f"--as-user wants UID[:GID] as numbers, not {spec!r}")
+        uid = int(uid_text)
+        try:
+            entry = pwd.getpwuid(uid)
+        except KeyError:
+            raise PeerError(f"uid {uid} has no passwd entry: its home is unknown") from None
+        gid = int(gid_text) if gid_text else entry.pw_gid
+        return cls(uid=uid, gid=gid, home=entry.pw_dir, name=entry.pw_name)
+
+    def prefix(self, setpriv: str) -> tuple[str, ...]:
+        return (
+            setpriv,
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "env",
+            f"HOME={self.home}",
+            f"USER={self.name}",
+            f"LOGNAME={self.name}",
+        )
+
+
+def find_tool(name: str) -> str | None:
+    """The tool's path: AGENTSEC_PEER_BIN, then PATH, then the checkout's .tools."""
+    for directory in (os.environ.get("AGENTSEC_PEER_BIN"), None, str(CHECKOUT_TOOLS)):
+        if directory == "":
+            continue
+        found = shutil.which(name, path=directory) if directory else shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def require_tool(name: str) -> str:
+    found = find_tool(name)
+    if found is None:
+        raise PeerError(
+            f"{name!r} is not installed: scripts/setup-peers.sh installs the pinned version "
+            "into .tools/npm (or set AGENTSEC_PEER_BIN to the directory holding it)"
+        )
+    return found
+
+
+def installed_version(binary: str) -> str:
+    """The version a tool reports (`srt --version`: '0.0.78'; codex: 'codex-cli 0.171.0')."""
+    try:
+        proc = subprocess.run(
+            [binary, "--version"],
+            stdin=subprocess.DEVNULL,  # both wait on an open stdin
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PeerError(f"{binary} --version did not answer: {exc}") from exc
+    words = proc.stdout.split()
+    return words[-1] if proc.returncode == 0 and words else ""
+
+
+def missing_helpers(engine: str) -> list[str]:
+    return [h for h in SRT_HELPERS if shutil.which(h) is None] if engine == "srt" else []
+
+
+def settings_path(relative: str) -> str:
+    """A settings file shipped with the presets (data/peers/...), as a path srt can read."""
+    path = resources.files("agentsec.data").joinpath(relative)
+    if not path.is_file():
+        raise PeerError(f"preset settings {relative} are missing from agentsec's data")
+    return str(path)
+
+
+def peer_argv(
+    engine: str,
+    version: str,
+    flags: Sequence[str],
+    settings: str | None,
+    probe_env: Mapping[str, str],
+    run_as: RunAs | None,
+) -> tuple[str, ...]:
+    """The argv prefix that runs a command (appended after it) inside the peer's sandbox."""
+    binary = require_tool(engine)
+    found = installed_version(binary)
+    if found != version:
+        raise PeerError(
+            f"this preset measures {engine} {version}; {binary} is {found or 'of no known version'}"
+            ": install the pinned version (scripts/setup-peers.sh)"
+        )
+    missing = missing_helpers(engine)
+    if missing:
+        raise PeerError(f"{engine} needs {', '.join(missing)}: without them it is not the sandbox "
+                        "the preset describes (scripts/setup-peers.sh installs them)")
+    prefix: tuple[str, ...] = ()
+    if run_as is not None:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise PeerError("setpriv (util-linux) is needed to start the sandbox as another user")
+        prefix = run_as.prefix(setpriv)
+    env = tuple(f"{k}={v}" for k, v in sorted(probe_env.items()))
+    if engine == "srt":
+        if settings is None:
+            raise PeerError("an srt preset names its settings file")
+        tail = (binary, "--settings", settings_path(settings), *flags, "--")
+        return (*prefix, "env", *env, *tail) if env else (*prefix, *tail)
+    home = run_as.home if run_as is not None else os.path.expanduser("~")
+    codex_home = os.path.join(home, CODEX_HOME)
+    if codex_home == "/tmp" or codex_home.startswith("/tmp/"):
+        raise PeerError(f"Codex refuses a CODEX_HOME under /tmp ({codex_home}): it would not "
+                        "start its sandbox helper; run with a HOME outside /tmp")
+    # Made by the user the sandbox runs as, so that it is theirs to write in.
+    make_home = 'mkdir -p -- "$CODEX_HOME" && exec "$@"'
+    return (*prefix, "env", *env, f"CODEX_HOME={codex_home}", "sh", "-c", make_home, "sh",
+            binary, "sandbox", *flags, "--")
