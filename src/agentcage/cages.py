@@ -155,7 +155,8 @@ class CageService:
         `cage create` of this name uses them)."""
         cage = self.store.cage(name)
         if not cage.root.exists():
-            raise StateError(f"no cage named {name!r}; see `agentcage ls`")
+            raise StateError(f"no cage named {name!r}; see `agentcage ls` (`agentcage prune -y` "
+                             "stops a cage whose state directory was deleted)")
         self.backend.stop(cage)
         self.store.remove(name, keep=SECRETS_DIR if keep_secrets else None)
 

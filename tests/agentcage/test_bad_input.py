@@ -279,3 +279,25 @@ def test_a_missing_command_in_the_cage_is_named_plainly(world):
     err = r.stderr.decode()
     assert r.returncode == 127 and "no-such-command-here: not found" in err, err
     assert not err.startswith(("4:", "5:", "6:", "7:", "8:", "9:")), err  # not the proof's fd
+
+
+def test_prune_stops_a_gateway_whose_cage_directory_was_deleted(net):
+    home = Path(tempfile.mkdtemp(prefix="agentcage-stray-"))
+    os.chmod(home, 0o755)
+    project = make_project(home / "work")
+    (home / "cage.yaml").write_text(cage_yaml(net, "stray", []))
+    assert run(home, "cage", "create", "-c", str(home / "cage.yaml"), "--project",
+               str(project)).returncode == 0
+    runtime = json.loads((home / "state" / "cages" / "stray" / "runtime.json").read_text())
+    suffix, pid = runtime["plan"]["suffix"], runtime["gateway_pid"]
+    shutil.rmtree(home / "state")  # deleted by hand: no command can name this cage any more
+    assert host.alive(pid)
+    other = Path(tempfile.mkdtemp(prefix="agentcage-other-"))  # another user's state root
+    try:
+        r = run(other, "prune", "-y")
+        assert r.returncode == 0 and suffix in r.stdout.decode(), r.stdout + r.stderr
+        assert not host.alive(pid)
+        assert not [n for n in os.listdir("/run/netns") if suffix in n]
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)

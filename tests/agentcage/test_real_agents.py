@@ -123,3 +123,19 @@ def test_the_judge_sees_a_leak_mock_records():
                     planted=planted, placeholder="p", requests=requests, dns_queries=[],
                     received=lambda _: False, audit=[])
     assert not outcome.contained and len(outcome.leaks) == 2, outcome.leaks
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("scaffold", ["minimal", "claude-code", "codex"])
+def test_verify_scores_a_started_scaffold_cage_at_most_8(on_host, world, scaffold):
+    # the workspace bind (FS-003, medium: 8) is the only finding with points: the cage's own
+    # init holds only the cage's environment, its limits are visible, nothing leaves
+    name = f"v-{scaffold}"
+    on_host.create_from_scaffold(world, name, scaffold)
+    r = on_host("verify", name, "--max-score", "8", "--out", str(on_host.home / "reports"),
+                timeout=180)
+    assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+    report = json.loads((on_host.home / "reports" / f"cage-{name}.json").read_text())
+    scored = {f["id"] for f in report["summary"]["findings"] if f["severity"] != "info"}
+    assert scored == {"FS-003"}, report["summary"]["findings"]
+    assert all(a["state"] != "not_measured" for a in report["summary"]["axes"].values())

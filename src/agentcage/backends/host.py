@@ -69,6 +69,19 @@ def processes_citing(*needles: str) -> list[int]:
     return found
 
 
+def gateway_settings_of(pid: int) -> str | None:
+    """The settings file a cage gateway process was started with (its identity: the file is
+    in its cage's state directory), or None for any other process."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if b"agentcage.gateway" not in args or b"--settings" not in args:
+        return None
+    i = args.index(b"--settings")
+    return args[i + 1].decode(errors="replace") if i + 1 < len(args) else None
+
+
 def cage_suffix_of(pid: int) -> str | None:
     """The suffix of the cage gateway namespace (`agc-<suffix>-gw`) process `pid` lives in."""
     try:

@@ -1,5 +1,6 @@
-"""What cages left behind when nothing records them any more: a cage's namespaces whose gateway
-died and whose runtime.json is gone or damaged, or cgroups whose cage is gone.
+"""What cages left behind when nothing records them any more: a gateway whose cage's state
+directory was deleted, a cage's namespaces whose gateway died and whose runtime.json is gone or
+damaged, or cgroups whose cage is gone.
 
 Safe to remove, whoever made them: a running cage always has a live gateway in its gateway
 namespace, and a cage being started gets its gateway within seconds, so a pair of cage
@@ -32,7 +33,7 @@ def _suffixes() -> set[str]:
 def sweep(min_age: float = 120.0, only: Callable[[str], bool] = lambda suffix: True
           ) -> list[str]:
     """Remove orphaned cage namespaces and cgroups; the suffixes of those removed."""
-    removed = []
+    removed = _stop_stray_gateways(only)
     now = time.time()
     for suffix in sorted(_suffixes()):
         if not only(suffix):
@@ -52,6 +53,30 @@ def sweep(min_age: float = 120.0, only: Callable[[str], bool] = lambda suffix: T
         removed.append(suffix)
     removed += _sweep_cgroups(min_age, only, now)
     return removed
+
+
+def _stop_stray_gateways(only: Callable[[str], bool]) -> list[str]:
+    """Gateways whose cage's state directory is gone entirely (deleted by hand, or a test's
+    temporary directory): nothing can stop them by name any more. Their processes, namespaces
+    and cgroup go; the suffixes of those stopped."""
+    stopped = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        settings = host.gateway_settings_of(int(entry))
+        if settings is None or Path(settings).parent.exists():
+            continue
+        suffix = host.cage_suffix_of(int(entry))
+        if suffix is None or not only(suffix):
+            continue
+        plan = netplan.NetPlan(suffix=suffix, slot=0, uplink="orphaned")
+        victims = [int(entry), *host.pids_in_netns(plan.cage_ns), *host.pids_in_netns(plan.gw_ns)]
+        host.terminate(sorted(set(victims)), grace=0)
+        cgroups.CageCgroup(cgroups.detect(), suffix).destroy(grace=0)
+        for argv in netplan.teardown_commands(plan):
+            host.run(argv, check=False)
+        stopped.append(suffix)
+    return stopped
 
 
 def _sweep_cgroups(min_age: float, only: Callable[[str], bool], now: float) -> list[str]:
