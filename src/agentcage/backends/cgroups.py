@@ -71,6 +71,13 @@ class Layout:
             return tuple(c for c in CONTROLLERS if c in self.v2_controllers)
         return tuple(c for c in CONTROLLERS if c in self.v1)
 
+    def parents(self) -> tuple[Path, ...]:
+        """The directories every cage's cgroup is made in (one per hierarchy in use)."""
+        if self.version == 2:
+            assert self.v2 is not None
+            return (self.v2 / PARENT,)
+        return tuple(sorted({m / PARENT for m in self.v1.values()}))
+
     def describe(self) -> str:
         if self.version is None:
             return "no cgroup hierarchy with memory, pids or cpu controllers is mounted"
@@ -122,9 +129,7 @@ class CageCgroup:
     def directories(self) -> dict[str, Path]:
         """controller -> the cage's directory for it (one directory for all in v2)."""
         if self.layout.version == 2:
-            assert self.layout.v2 is not None
-            d = self.layout.v2 / PARENT / self.name
-            return dict.fromkeys(CONTROLLERS, d)
+            return dict.fromkeys(CONTROLLERS, self.layout.parents()[0] / self.name)
         return {c: m / PARENT / self.name for c, m in self.layout.v1.items()}
 
     def create(self, limits: Limits) -> tuple[Path, ...]:

@@ -81,10 +81,9 @@ def _stop_stray_gateways(only: Callable[[str], bool]) -> list[str]:
 
 def _sweep_cgroups(min_age: float, only: Callable[[str], bool], now: float) -> list[str]:
     layout = cgroups.detect()
-    parents = {d.parent for d in cgroups.CageCgroup(layout, "-").directories().values()}
     live = _suffixes()
     removed = set()
-    for parent in parents:
+    for parent in layout.parents():
         with contextlib.suppress(OSError):
             for child in parent.iterdir():
                 name = child.name
