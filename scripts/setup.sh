@@ -52,15 +52,15 @@ if [ ! -x .venv/bin/python ]; then
     "$py" -m venv .venv
 fi
 
-./scripts/setup-agents.sh  # Claude Code and Codex CLI, for the tests and the demo
+# Claude Code and Codex CLI (run in cages by the tests and the demo) and the peer sandboxes
+# agentsec's presets measure (srt, Codex's own), pinned, with npm install -g.
+./scripts/setup-agents.sh
 
 log "installing agentcage and its dependencies into .venv"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[gateway,dev]' 2>&1 | grep -v '^WARNING: Location' || true
 .venv/bin/python -c 'import agentsec, agentcage, mitmproxy' >/dev/null
 
-# The agents' own sandboxes that agentsec's peer presets measure (srt, codex), pinned.
-./scripts/setup-peers.sh
-log "ready: .venv/bin/agentsec and .venv/bin/agentcage"
 # The measurement half's browser and promptfoo tests need chromium and a pinned promptfoo.
 ./scripts/setup-measure.sh
+log "ready: .venv/bin/agentsec and .venv/bin/agentcage"

@@ -285,7 +285,7 @@ def availability(preset: Preset) -> Availability:
     if preset.is_peer:
         if peers.find_tool(preset.engine) is None:
             return Availability(preset, False, f"{preset.engine} {preset.version} is not "
-                                "installed (scripts/setup-peers.sh)")
+                                "installed (scripts/setup-agents.sh)")
         missing = peers.missing_helpers(preset.engine)
         if missing:
             return Availability(preset, False, f"{preset.engine} needs {', '.join(missing)}")

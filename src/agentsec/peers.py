@@ -2,8 +2,9 @@
 `codex sandbox`. Each builds an argv that runs a command inside that tool's sandbox, for a pinned
 version of the tool; nothing here runs the sandbox itself.
 
-Where the tools come from: a directory named by AGENTSEC_PEER_BIN, then PATH, then the
-checkout's `.tools/npm/node_modules/.bin` (what scripts/setup-peers.sh installs). A preset names
+Where the tools come from: a directory named by AGENTSEC_PEER_BIN, then PATH (scripts/
+setup-agents.sh installs the pinned versions with `npm install -g`, so that an ordinary user
+can run them too), then the checkout's `.tools/npm/node_modules/.bin`. A preset names
 the version it measures; another version installed is an error, not a silent substitute.
 """
 
@@ -86,8 +87,8 @@ def require_tool(name: str) -> str:
     found = find_tool(name)
     if found is None:
         raise PeerError(
-            f"{name!r} is not installed: scripts/setup-peers.sh installs the pinned version "
-            "into .tools/npm (or set AGENTSEC_PEER_BIN to the directory holding it)"
+            f"{name!r} is not installed: scripts/setup-agents.sh installs the pinned version "
+            "with npm install -g (or set AGENTSEC_PEER_BIN to the directory holding it)"
         )
     return found
 
@@ -134,12 +135,12 @@ def peer_argv(
     if found != version:
         raise PeerError(
             f"this preset measures {engine} {version}; {binary} is {found or 'of no known version'}"
-            ": install the pinned version (scripts/setup-peers.sh)"
+            ": install the pinned version (scripts/setup-agents.sh)"
         )
     missing = missing_helpers(engine)
     if missing:
         raise PeerError(f"{engine} needs {', '.join(missing)}: without them it is not the sandbox "
-                        "the preset describes (scripts/setup-peers.sh installs them)")
+                        "the preset describes (scripts/setup-agents.sh installs them)")
     prefix: tuple[str, ...] = ()
     if run_as is not None:
         setpriv = shutil.which("setpriv")

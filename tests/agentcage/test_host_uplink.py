@@ -188,7 +188,8 @@ def test_a_host_without_resolvers_is_refused_before_anything_is_built(world, hom
         r = cli("cage", "create", "-c", "nodns.yaml", "--project", str(project))
         assert r.returncode == 1 and "no DNS server" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
-        assert cli.sh(NAMESPACES_MOUNTED).stdout == before  # nothing was built
+        # nothing was built (a namespace the real host deleted meanwhile leaves the table too)
+        assert set(cli.sh(NAMESPACES_MOUNTED).stdout.split()) <= set(before.split())
         assert not (home / "state" / "cages" / "nodns").exists()
 
 
@@ -200,4 +201,4 @@ def test_ephemeral_run_on_the_host_uplink(on_host, world):
                 "--upstream-ca", str(world.ca_cert_path), "--allow", "allowed.example.test",
                 "--", "sh", "-c", f"{CURL} https://allowed.example.test/")
     assert (r.returncode, r.stdout) == (0, "200"), r.stderr
-    assert on_host.sh(NAMESPACES_MOUNTED).stdout == before
+    assert set(on_host.sh(NAMESPACES_MOUNTED).stdout.split()) <= set(before.split())

@@ -1,5 +1,5 @@
 """Peers as presets, run for real: Anthropic's sandbox-runtime (srt 0.0.78) and Codex CLI 0.171.0's
-own sandbox, installed by scripts/setup-peers.sh, each started as root and as an ordinary user
+own sandbox, installed by scripts/setup-agents.sh, each started as root and as an ordinary user
 (uid 1000) through `agentsec blast-radius preset`.
 
 Every run is in a network namespace made for it (`unshare --net`, loopback up: srt's proxy
@@ -38,7 +38,7 @@ def world():
     CODEX_HOME under /tmp), both removed afterwards with the Codex homes the runs made."""
     assert os.geteuid() == 0, "these runs start sandboxes as root and as uid 1000"
     for name in ("srt", "codex"):
-        assert peers.find_tool(name), f"{name}: run scripts/setup-peers.sh"
+        assert peers.find_tool(name), f"{name}: run scripts/setup-agents.sh"
     base = Path(tempfile.mkdtemp(prefix="agentsec-peers-", dir="/var/tmp"))
     made_codex_homes = [_first_missing(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir),
                                        peers.CODEX_HOME)]
