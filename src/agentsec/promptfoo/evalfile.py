@@ -66,17 +66,19 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _row(raw: Any) -> Row:
     if not isinstance(raw, dict):
         raise PromptfooError("a result row is not an object")
-    case = raw.get("testCase") if isinstance(raw.get("testCase"), dict) else {}
-    meta = case.get("metadata") if isinstance(case.get("metadata"), dict) else {}
-    if not meta and isinstance(raw.get("metadata"), dict):
-        meta = raw["metadata"]
-    grading = raw.get("gradingResult") if isinstance(raw.get("gradingResult"), dict) else {}
+    case = _object(raw.get("testCase"))
+    meta = _object(case.get("metadata")) or _object(raw.get("metadata"))
+    grading = _object(raw.get("gradingResult"))
     if not isinstance(raw.get("success"), bool):
         raise PromptfooError("a result row has no success field: not a promptfoo eval row")
-    scores = raw.get("namedScores") if isinstance(raw.get("namedScores"), dict) else {}
+    scores = _object(raw.get("namedScores"))
     return Row(
         description=_text(case.get("description")) or _text(raw.get("description")),
         plugin_id=_text(meta.get("pluginId")) or None,

@@ -34,7 +34,8 @@ class ConsoleData:
         self.history = History(results / DB_NAME)
 
     def reports(self) -> tuple[list[dict[str, Any]], list[str]]:
-        reports, skipped = [], []
+        reports: list[dict[str, Any]] = []
+        skipped: list[str] = []
         if not self.results.is_dir():
             return reports, skipped
         for path in sorted(self.results.glob("*.json")):
@@ -48,7 +49,8 @@ class ConsoleData:
         return reports, skipped
 
     def _history(self) -> tuple[list[dict[str, Any]], dict[str, tuple[str, ...]]]:
-        plots, regressions = [], {}
+        plots: list[dict[str, Any]] = []
+        regressions: dict[str, tuple[str, ...]] = {}
         try:
             labels = self.history.labels()
         except HistoryError:
