@@ -11,8 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from agentsec import service
-from agentsec.errors import AgentsecError
-from agentsec.launchers import availability, describe, load_presets, preset_launch
+from agentsec.errors import AgentsecError, ProbeRunError
+from agentsec.launchers import (
+    LaunchError,
+    availability,
+    describe,
+    load_presets,
+    preset_launch,
+)
 from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
 from agentsec.report import SCHEMA_VERSION, write_atomically
@@ -74,18 +80,18 @@ def run_matrix(
             progress(f"[{index}/{len(preset_names)}] {name}: skipped ({why})")
             continue
         progress(f"[{index}/{len(preset_names)}] {name}: measuring")
-        try:
+        try:  # what can fail per configuration; a report that cannot be saved stops the matrix
             launch = preset_launch(name, "", image if preset.needs_image else None, python=python)
             run = run_probe(launch.prefix, python=launch.python)
-        except AgentsecError as exc:
+        except (LaunchError, ProbeRunError) as exc:
             result.failed.append({"preset": name, "error": str(exc)})
             progress(f"[{index}/{len(preset_names)}] {name}: failed ({exc})")
             continue
         label = f"{name}_{image}" if preset.needs_image else name
         target = dataclasses.replace(launch.target, how=describe(launch))
-        report = service.score(run.output, label=label, target=target, rc=run.rc, redact=False)
-        saved = service.save(report, out_dir)
-        summary = report["summary"]
+        plan = service.Plan(label, out_dir)
+        saved = service.measure_output(run.output, target, run.rc, plan).saved
+        report, summary = saved.report, saved.report["summary"]
         result.rows.append(
             {
                 "label": label,

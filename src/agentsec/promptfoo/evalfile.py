@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsec.errors import AgentsecError
-from agentsec.untrusted import MAX_CAPTURE_BYTES, clean_tree
+from agentsec.untrusted import MAX_CAPTURE_BYTES, clean_tree, json_problem
 
 _DIRECT = re.compile(r"^owasp:agentic:asi(\d{2})$", re.IGNORECASE)
 MAX_EVAL_BYTES = 8 * MAX_CAPTURE_BYTES
@@ -97,10 +97,9 @@ def load_eval(path: Path) -> Eval:
         raise PromptfooError(f"cannot read {path}: {exc.strerror}") from exc
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:
         raise PromptfooError(
-            f"{path} is not valid JSON ({exc.msg} at character {exc.pos}): "
-            "not a promptfoo eval output"
+            f"{path} is not valid JSON ({json_problem(exc)}): not a promptfoo eval output"
         ) from exc
     except RecursionError as exc:
         raise PromptfooError(f"{path} is nested too deeply") from exc
