@@ -335,7 +335,7 @@ def _logs_command():
 
 cli.command("logs")(_logs_command())
 cage.command("logs")(_logs_command())
-cage.command("audit")(_logs_command())  # the seed's `cage audit NAME --summary`
+cage.command("audit")(_logs_command())  # `cage audit NAME --summary`: where auditors look
 
 
 def _har_command():
