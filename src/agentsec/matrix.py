@@ -11,14 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from agentsec import service
-from agentsec.errors import AgentsecError, ProbeRunError
-from agentsec.launchers import (
-    LaunchError,
-    availability,
-    describe,
-    load_presets,
-    preset_launch,
-)
+from agentsec.errors import AgentsecError
+from agentsec.launchers import availability, describe, load_presets, preset_launch
 from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
 from agentsec.report import SCHEMA_VERSION, write_atomically
@@ -80,10 +74,10 @@ def run_matrix(
             progress(f"[{index}/{len(preset_names)}] {name}: skipped ({why})")
             continue
         progress(f"[{index}/{len(preset_names)}] {name}: measuring")
-        try:  # what can fail per configuration; a report that cannot be saved stops the matrix
+        try:  # what fails here fails this configuration; a report that cannot be saved, all
             launch = preset_launch(name, "", image if preset.needs_image else None, python=python)
             run = run_probe(launch.prefix, python=launch.python)
-        except (LaunchError, ProbeRunError) as exc:
+        except AgentsecError as exc:
             result.failed.append({"preset": name, "error": str(exc)})
             progress(f"[{index}/{len(preset_names)}] {name}: failed ({exc})")
             continue
