@@ -12,6 +12,7 @@ test:
 
 lint:
 	.venv/bin/ruff check src tests bench
+	.venv/bin/mypy
 
 bench: setup  # PUBLIC_PROBE=path/to/agentsec-pack/agentsec/probe/blast_probe.py
 	.venv/bin/python bench/probe_time.py --public-probe "$(PUBLIC_PROBE)"

@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 .venv/bin/ruff check src tests bench
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

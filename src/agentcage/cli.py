@@ -335,7 +335,7 @@ def _logs_command():
 
 cli.command("logs")(_logs_command())
 cage.command("logs")(_logs_command())
-cage.command("audit")(_logs_command())  # the seed's `cage audit NAME --summary`
+cage.command("audit")(_logs_command())  # `cage audit NAME --summary`: where auditors look
 
 
 def _har_command():
@@ -543,21 +543,34 @@ def doctor(as_json: bool) -> None:
               default=Path("reports"), show_default=True, help="Where the reports go.")
 @click.option("--max-score", type=click.IntRange(0, 100), default=None,
               help="Exit 2 when the cage scores above this budget.")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="An accepted report: exit 2 when the cage is worse in any way.")
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 2 when the cage is worse than its previous verify.")
+@click.option("--no-history", is_flag=True,
+              help="Do not record this run in the history (history.sqlite in --out).")
 @click.option("--print-findings", is_flag=True, help="Print the finding list too.")
 @click.option("--redact", is_flag=True, help="Strip host details; keep scores and findings.")
 @JSON_FLAG
 def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
+           baseline: Path | None, fail_on_regression: bool, no_history: bool,
            print_findings: bool, redact: bool, as_json: bool) -> None:
     """Measure the running cage NAME from inside with agentsec's probe, and score it."""
-    from agentcage.verify import verify_cage
+    from agentcage.verify import verify_cage, verify_plan
+    from agentsec.gate import render_gate
     from agentsec.render.terminal import findings_table, scores_table
 
-    saved = verify_cage(name, label=label, out_dir=out_dir, redact=redact)
+    plan = verify_plan(name, label=label, out_dir=out_dir, redact=redact, record=not no_history,
+                       max_score=max_score, baseline=baseline,
+                       fail_on_regression=fail_on_regression)
+    measured = verify_cage(name, plan)
+    saved, verdict, regression = measured.saved, measured.verdict, measured.regression
     report = saved.report
-    score = report["summary"]["score"]
     if as_json:
-        _emit(document("verify", cage=name, report=report,
-                       passed=max_score is None or score <= max_score,
+        _emit(document("verify", cage=name, report=report, passed=not verdict.failed,
+                       gates=[check.as_dict() for check in verdict.checks],
+                       regression=None if regression is None else
+                       {"regressed": regression.regressed, "reasons": list(regression.reasons)},
                        files={"json": str(saved.json_path),
                               "markdown": str(saved.markdown_path)}))
     else:
@@ -565,8 +578,15 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
         if print_findings:
             out.print(findings_table(report))
         out.print(f"reports: {saved.json_path}  {saved.markdown_path}", markup=False)
-    if max_score is not None and score > max_score:
-        err.print(f"gate failed: score {score} is above --max-score {max_score}", markup=False)
+        if verdict.baseline is not None:
+            out.print(render_gate(verdict.baseline), markup=False)
+        if regression is not None and regression.regressed:
+            out.print(f"REGRESSION against the previous verify of {report['label']}: "
+                      + "; ".join(regression.reasons), markup=False)
+    if measured.history_error is not None:
+        raise AgentcageError(str(measured.history_error))
+    if verdict.failed:
+        err.print(f"gate failed: {verdict.failures()}", markup=False)
         sys.exit(EXIT_GATE)
 
 

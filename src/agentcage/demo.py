@@ -37,8 +37,8 @@ from agentcage.demo_agents import (
     session,
 )
 from agentcage.errors import AgentcageError
-from agentcage.state import HOME_ENV, CageDir, StateStore
-from agentcage.verify import verify_cage
+from agentcage.state import CageDir, StateStore
+from agentcage.verify import verify_cage, verify_plan
 from agentsec import service
 from fakenet import FakeInternet, FakeNetError
 
@@ -145,8 +145,8 @@ def _in_a_cage(
             say(f"inside the cage, GET {url} -> {requests[-1][1]}")
         secret = _use_a_secret(cages, net, say)
         say("measuring the cage from inside with agentsec's probe")
-        env = {**os.environ, HOME_ENV: str(store.root)}
-        verified = verify_cage(CAGE_NAME, label="demo-cage", out_dir=out_dir, redact=False, env=env)
+        plan = verify_plan(CAGE_NAME, label="demo-cage", out_dir=out_dir, record=False)
+        verified = verify_cage(CAGE_NAME, plan, store=store).saved
         return DemoResult(requests, secret, verified, [])
     finally:
         say(f"destroying cage {CAGE_NAME!r}")

@@ -2,24 +2,28 @@
 
 A cage's guarantees are claims until something inside it tries them. Verify runs the same probe
 `agentsec` runs in any sandbox, through `agentcage exec` (so it sees exactly what a workload
-sees: the cage's environment, mounts, seccomp filter and gateway), and writes the same report.
+sees: the cage's environment, mounts, seccomp filter and gateway), and goes through agentsec's
+own measurement pipeline and gate decision: the same report, saved and recorded in the same
+history, held to the same budget and baseline as `agentsec blast-radius`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentcage.errors import AgentcageError
-from agentsec import service
+from agentcage.errors import AgentcageError, StateError
+from agentcage.state import HOME_ENV, StateStore
+from agentsec import gate, service
 from agentsec.errors import AgentsecError
+from agentsec.history import DB_NAME
 from agentsec.launchers import cage_launch
-from agentsec.runner import run_probe
 
 
 class VerifyError(AgentcageError):
-    """The probe could not be run or read inside the cage."""
+    """The probe could not be run or read inside the cage, or its report not kept."""
 
 
 def agentcage_binary() -> str:
@@ -28,26 +32,43 @@ def agentcage_binary() -> str:
     return str(candidate) if candidate.exists() else "agentcage"
 
 
-def verify_cage(
+def verify_plan(
     name: str,
     *,
     label: str | None,
     out_dir: Path,
-    redact: bool,
+    redact: bool = False,
+    record: bool = True,
+    max_score: int | None = None,
+    baseline: Path | None = None,
+    fail_on_regression: bool = False,
+) -> service.Plan:
+    """Where the report goes and what it is held to; a bad baseline is refused here, before
+    anything runs in the cage."""
+    try:
+        gates = gate.Gates.load(max_score, baseline, fail_on_regression)
+    except AgentsecError as exc:
+        raise VerifyError(f"verify {name}: {exc}") from None
+    history = out_dir / DB_NAME if record else None
+    return service.Plan(label or f"cage-{name}", out_dir, redact, history, gates)
+
+
+def verify_cage(
+    name: str,
+    plan: service.Plan,
+    *,
+    store: StateStore | None = None,
     env: Mapping[str, str] | None = None,
-) -> service.SavedReport:
-    """Run the probe in cage ``name``; save the report (schema_version 1) and return it."""
+) -> service.Measurement:
+    """Run the probe in cage ``name``, then agentsec's pipeline: score, save, record, gates."""
+    store = store or StateStore()
+    if not store.cage(name).exists():  # said plainly, not as a probe that printed nothing
+        raise StateError(f"no cage named {name!r}; see `agentcage ls`")
+    # `agentcage exec` in the child must find the cage where this process found it.
+    child_env = {**(os.environ if env is None else env), HOME_ENV: str(store.root)}
     how = f"agentcage verify {name}: the probe run inside the cage through agentcage exec"
     try:
         launch = cage_launch(name, how, agentcage_bin=agentcage_binary())
-        run = run_probe(launch.prefix, python=launch.python, env=env)
-        report = service.score(
-            run.output,
-            label=label or f"cage-{name}",
-            target=launch.target,
-            rc=run.rc,
-            redact=redact,
-        )
-        return service.save(report, out_dir)
+        return service.measure(launch, plan, env=child_env)
     except AgentsecError as exc:
         raise VerifyError(f"verify {name}: {exc}") from exc

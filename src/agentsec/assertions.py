@@ -25,6 +25,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
     "exists",
     "not-exists",
 )
+Verdict = Literal["pass", "fail", "untested"]
 PATHS_ENV = "AGENTSEC_PROBE_PATHS"
 
 
@@ -32,7 +33,7 @@ PATHS_ENV = "AGENTSEC_PROBE_PATHS"
 class PathCheck:
     path: str
     expectation: Expectation
-    verdict: Literal["pass", "fail", "untested"]
+    verdict: Verdict
     observed: str
 
     @property
@@ -62,7 +63,7 @@ def describe_entry(entry: dict[str, Any] | None) -> str:
     return "present, denied" if denied else "present, " + ", ".join(access)
 
 
-def _verdict(expectation: Expectation, entry: dict[str, Any] | None) -> str:
+def _verdict(expectation: Expectation, entry: dict[str, Any] | None) -> Verdict:
     if entry is None:
         return "untested"
     key, wanted = {

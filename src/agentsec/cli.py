@@ -30,9 +30,9 @@ from agentsec.cliutil import (
     console as _console_for,
 )
 from agentsec.commands import register
-from agentsec.errors import AgentsecError, CaptureError
+from agentsec.errors import AgentsecError
 from agentsec.formats import Format, render
-from agentsec.history import DB_NAME, History, HistoryError
+from agentsec.history import DB_NAME
 from agentsec.launchers import (
     Launch,
     availability,
@@ -49,10 +49,11 @@ from agentsec.matrix import choose_presets, run_matrix, save_matrix
 from agentsec.render.records import assertion_lines, preset_lines
 from agentsec.render.terminal import findings_table, scores_table
 from agentsec.report import Target, write_atomically
-from agentsec.results import GateCheck, Results, document
+from agentsec.reportfile import load_report
+from agentsec.results import Results, document
 from agentsec.runner import run_probe
 from agentsec.scoring.rank import ranked
-from agentsec.untrusted import parse_probe_output
+from agentsec.untrusted import read_capture
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
 JSON_FLAG = click.option(
@@ -151,38 +152,16 @@ LAUNCH = (
 )
 
 
-def _gate_checks(report: dict[str, Any], opts: dict[str, Any], say: Callable[[str], None]):
-    checks: list[GateCheck] = []
-    score, budget = report["summary"]["score"], opts.get("max_score")
-    if budget is not None:
-        checks.append(
-            GateCheck("max-score", score <= budget, f"score {score}, budget --max-score {budget}")
-        )
-    baseline = opts.get("baseline")
-    if baseline is not None:
-        result = gate.compare(gate.load_report(baseline), report)
-        say(gate.render_gate(result))
-        detail = f"worse than the baseline {baseline}" if result.failed else f"{baseline}: ok"
-        checks.append(GateCheck("baseline", not result.failed, detail))
-    return checks
-
-
-def _record(report: dict[str, Any], opts: dict[str, Any], say: Callable[[str], None]):
-    """Record the run in the history; a regression against the previous run of the same label
-    is always shown, and is a gate with --fail-on-regression."""
+def _plan(label: str, opts: dict[str, Any]) -> service.Plan:
+    """The pipeline's plan from the measuring options. The baseline is read and checked here,
+    before anything runs, so a bad one costs no measurement."""
+    history = opts.get("history_db") or opts["out_dir"] / DB_NAME
     if opts.get("no_history"):
-        return None, []
-    db = opts.get("history_db") or opts["out_dir"] / DB_NAME
-    regression = History(db).record(report)
-    checks = []
-    if regression.regressed:
-        say(f"REGRESSION against the previous run of {report['label']}:")
-        for reason in regression.reasons:
-            say(f"  {reason}")
-    if opts.get("fail_on_regression"):
-        detail = "; ".join(regression.reasons) or "not worse than the previous run"
-        checks.append(GateCheck("regression", not regression.regressed, detail))
-    return regression, checks
+        history = None
+    gates = gate.Gates.load(
+        opts.get("max_score"), opts.get("baseline"), bool(opts.get("fail_on_regression"))
+    )
+    return service.Plan(label, opts["out_dir"], bool(opts.get("redact")), history, gates)
 
 
 def _write_outputs(results: Results, opts: dict[str, Any]) -> None:
@@ -199,30 +178,31 @@ def _write_outputs(results: Results, opts: dict[str, Any]) -> None:
             raise AgentsecError(f"cannot write the job summary {summary}: {exc.strerror}") from exc
 
 
-def _finish(saved: service.SavedReport, opts: dict[str, Any]) -> None:
-    """Show a saved report, record it, write the CI formats, then apply the gates."""
+def _finish(measured: service.Measurement, opts: dict[str, Any]) -> None:
+    """Show a measured run, write the CI formats, then tell the history error or the gates."""
     as_json = bool(opts.get("as_json"))
     console = _console(as_json)
 
     def say(text: str) -> None:
         console.print(text, markup=False)
 
+    saved, verdict, regression = measured.saved, measured.verdict, measured.regression
     report = saved.report
     if not as_json:
         console.print(scores_table([report]))
         if opts.get("print_findings"):
             console.print(findings_table(report))
     say(f"reports: {saved.json_path}  {saved.markdown_path}")
-    checks = _gate_checks(report, opts, say)
-    try:
-        regression, more = _record(report, opts, say)
-        history_error = None
-    except HistoryError as error:  # the CI files are still written, then the error is told
-        regression, more, history_error = None, [], error
-    results = Results((report,), tuple(checks + more), ((report["label"], str(saved.json_path)),))
+    if verdict.baseline is not None:
+        say(gate.render_gate(verdict.baseline))
+    if regression is not None and regression.regressed:
+        say(f"REGRESSION against the previous run of {report['label']}:")
+        for reason in regression.reasons:
+            say(f"  {reason}")
+    results = Results((report,), verdict.checks, ((report["label"], str(saved.json_path)),))
     _write_outputs(results, opts)
-    if history_error is not None:
-        raise history_error
+    if measured.history_error is not None:
+        raise measured.history_error
     if as_json:
         emit_json(
             document(
@@ -236,19 +216,12 @@ def _finish(saved: service.SavedReport, opts: dict[str, Any]) -> None:
                 files={"json": str(saved.json_path), "markdown": str(saved.markdown_path)},
             )
         )
-    failures = [check.detail for check in results.gates if not check.passed]
-    if failures:
-        raise GateFailed("; ".join(failures))
+    if verdict.failed:
+        raise GateFailed(verdict.failures())
 
 
 def _measure_and_finish(launch: Launch, label: str, opts: dict[str, Any]) -> None:
-    if opts.get("baseline") is not None:
-        gate.load_report(opts["baseline"])  # a corrupt baseline fails before anything runs
-    run = run_probe(launch.prefix, python=launch.python)
-    report = service.score(
-        run.output, label=label, target=launch.target, rc=run.rc, redact=opts["redact"]
-    )
-    _finish(service.save(report, opts["out_dir"]), opts)
+    _finish(service.measure(launch, _plan(label, opts)), opts)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -269,16 +242,9 @@ def probe(label: str, how: str, **opts: Any) -> None:
 @_options(*PROVENANCE, *GATES)
 def score(capture: Path, label: str, how: str, **opts: Any) -> None:
     """Score a probe output captured elsewhere (the probe's one JSON line, saved to a file)."""
-    if opts.get("baseline") is not None:
-        gate.load_report(opts["baseline"])
-    try:
-        text = capture.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise CaptureError(f"cannot read {capture}: {exc.strerror}") from exc
-    output = parse_probe_output(text, source=str(capture))
-    target = Target(kind="captured", how=how)
-    report = service.score(output, label=label, target=target, rc=0, redact=opts["redact"])
-    _finish(service.save(report, opts["out_dir"]), opts)
+    plan = _plan(label, opts)
+    output = read_capture(capture)
+    _finish(service.measure_output(output, Target(kind="captured", how=how), 0, plan), opts)
 
 
 @cli.group("blast-radius")
@@ -396,7 +362,7 @@ def presets(as_json: bool) -> None:
 @JSON_FLAG
 def diff(old: Path, new: Path, as_json: bool) -> None:
     """Exit 2 when NEW is worse than the accepted OLD report in any way."""
-    result = gate.compare(gate.load_report(old), gate.load_report(new))
+    result = gate.compare(load_report(old), load_report(new))
     if as_json:
         groups = ("new", "worse", "widened", "unmeasured", "fixed", "noted")
         emit_json(
@@ -577,7 +543,7 @@ def matrix(
         image, names, out_dir, python, lambda line: console.print(line, markup=False)
     )
     json_path, md_path = save_matrix(result, out_dir)
-    reports = ranked(gate.load_report(Path(row["report"])) for row in result.rows)
+    reports = ranked(load_report(Path(row["report"])) for row in result.rows)
     if as_json:
         emit_json(result.as_dict())
     elif reports:

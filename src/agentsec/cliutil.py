@@ -13,9 +13,9 @@ from typing import Any
 from click.shell_completion import CompletionItem
 from rich.console import Console
 
-from agentsec import gate
 from agentsec.errors import ReportError
 from agentsec.report import TEST_BLAST_RADIUS
+from agentsec.reportfile import load_report, report_kind
 from agentsec.untrusted import clean_report
 
 AGENTCAGE_LS_TIMEOUT_S = 3
@@ -42,15 +42,12 @@ def load_reports(paths: tuple[Path, ...] | list[Path]) -> list[dict[str, Any]]:
     reports: list[dict[str, Any]] = []
     for path in paths:
         if not path.is_dir():
-            reports.append(clean_report(gate.load_report(path)))
+            reports.append(clean_report(load_report(path)))
             continue
         for member in sorted(path.glob("*.json")):
-            try:
-                kind = json.loads(member.read_text(encoding="utf-8")).get("test")
-            except (OSError, ValueError, AttributeError):
-                kind = None  # unreadable: load_report below says why, in one line
-            if kind in (None, TEST_BLAST_RADIUS):
-                reports.append(clean_report(gate.load_report(member)))
+            # None: not readable as JSON, and load_report says why, in one line
+            if report_kind(member) in (None, TEST_BLAST_RADIUS):
+                reports.append(clean_report(load_report(member)))
     if not reports:
         raise ReportError("no reports found in what was given")
     return reports

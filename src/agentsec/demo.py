@@ -18,7 +18,6 @@ from agentsec import service
 from agentsec.errors import AgentsecError
 from agentsec.launchers import Launch, describe, preset_launch
 from agentsec.report import Target
-from agentsec.runner import run_probe
 from fakenet import FakeInternet, FakeNetError
 
 # A variable the open configurations can see, to show that names (never values) are reported.
@@ -68,12 +67,9 @@ def _measure_all(net: FakeInternet, out_dir: Path, console: Console) -> list[ser
     for label, launch in _demo_launches(tuple(client.exec_prefix)):
         started = time.monotonic()
         with console.status(f"measuring {label}"):
-            run = run_probe(launch.prefix, python=launch.python, env=env)
-        report = service.score(
-            run.output, label=f"demo-{label}", target=launch.target, rc=run.rc, redact=False
-        )
-        saved.append(service.save(report, out_dir))
-        score = report["summary"]["score"]
+            measured = service.measure(launch, service.Plan(f"demo-{label}", out_dir), env)
+        saved.append(measured.saved)
+        score = measured.report["summary"]["score"]
         elapsed = time.monotonic() - started
         console.print(f"measured {label}: score {score} ({elapsed:.1f} s)", markup=False)
     return saved

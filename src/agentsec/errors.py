@@ -13,6 +13,10 @@ class ReportError(AgentsecError):
     """A saved report that cannot be read or is not a schema_version 1 report."""
 
 
+class OutputError(AgentsecError):
+    """A report or another output file that cannot be written where it was asked for."""
+
+
 class ProbeRunError(AgentsecError):
     """The probe could not be started, or produced no output, in the target sandbox."""
 

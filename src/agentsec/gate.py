@@ -1,4 +1,5 @@
-"""CI gates over saved reports: the budget (``--max-score``) and the baseline (``diff``).
+"""CI gates over reports: the budget (``--max-score``), the baseline (``--baseline``, ``diff``)
+and the previous run (``--fail-on-regression``), decided in one place (``decide``).
 
 A baseline gate fails on anything worse than an accepted report: a new finding, a finding whose
 severity rose, a finding whose evidence widened (one more reachable host, writable path, readable
@@ -9,42 +10,13 @@ not, cannot be compared honestly: that fails with the reason.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentsec.catalogue import SEVERITY_ORDER
-from agentsec.errors import ReportError
-from agentsec.report import SCHEMA_VERSION
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    """A saved report, checked enough that the gate can trust its shape."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{path} is not valid JSON ({exc.msg} at character {exc.pos})") from exc
-    if not isinstance(report, dict) or report.get("tool") != "agentsec":
-        raise ReportError(f"{path} is not an agentsec report")
-    if report.get("schema_version") != SCHEMA_VERSION:
-        raise ReportError(
-            f"{path} has schema_version {report.get('schema_version')!r}; "
-            f"this agentsec reads {SCHEMA_VERSION}"
-        )
-    summary = report.get("summary")
-    if not isinstance(summary, dict) or not isinstance(summary.get("findings"), list):
-        raise ReportError(f"{path} has no summary.findings: the report is incomplete")
-    for finding in summary["findings"]:
-        if not isinstance(finding, dict) or not {"id", "severity", "evidence"} <= set(finding):
-            raise ReportError(f"{path} has a malformed finding entry")
-    if not isinstance(summary.get("axes"), dict):
-        raise ReportError(f"{path} has no summary.axes: the report is incomplete")
-    return report
+from agentsec.reportfile import load_report
+from agentsec.results import GateCheck
 
 
 @dataclass(frozen=True)
@@ -145,3 +117,67 @@ def render_gate(result: GateResult) -> str:
     if not lines:
         lines.append("no change against the baseline")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Gates:
+    """What a run is held to: a score budget, an accepted baseline, no regression against the
+    previous run of its label. Built before the run, so a bad baseline fails before anything
+    runs."""
+
+    max_score: int | None = None
+    baseline: Path | None = None
+    baseline_report: dict[str, Any] | None = None
+    fail_on_regression: bool = False
+
+    @classmethod
+    def load(
+        cls,
+        max_score: int | None = None,
+        baseline: Path | None = None,
+        fail_on_regression: bool = False,
+    ) -> Gates:
+        report = load_report(baseline) if baseline is not None else None
+        return cls(max_score, baseline, report, fail_on_regression)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Every gate applied to one run, and the baseline comparison to show line by line."""
+
+    checks: tuple[GateCheck, ...] = ()
+    baseline: GateResult | None = None
+
+    @property
+    def failed(self) -> bool:
+        return any(not check.passed for check in self.checks)
+
+    def failures(self) -> str:
+        return "; ".join(check.detail for check in self.checks if not check.passed)
+
+
+def decide(
+    report: dict[str, Any], gates: Gates, regression: tuple[str, ...] | None = None
+) -> Verdict:
+    """The one gate decision. ``regression``: why this run is worse than the previous run of
+    its label (empty when it is not), or None when the run was not recorded in a history."""
+    checks: list[GateCheck] = []
+    score = report["summary"]["score"]
+    if gates.max_score is not None:
+        checks.append(
+            GateCheck(
+                "max-score",
+                score <= gates.max_score,
+                f"score {score}, budget --max-score {gates.max_score}",
+            )
+        )
+    compared = None
+    if gates.baseline_report is not None:
+        compared = compare(gates.baseline_report, report)
+        where = gates.baseline
+        detail = f"worse than the baseline {where}" if compared.failed else f"{where}: ok"
+        checks.append(GateCheck("baseline", not compared.failed, detail))
+    if gates.fail_on_regression and regression is not None:
+        detail = "; ".join(regression) or "not worse than the previous run"
+        checks.append(GateCheck("regression", not regression, detail))
+    return Verdict(tuple(checks), compared)

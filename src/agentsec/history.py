@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from agentsec import gate
-from agentsec.errors import AgentsecError
+from agentsec.errors import AgentsecError, ReportError
+from agentsec.reportfile import check_report, parse_json
+from agentsec.scoring.assess import MAX_SCORE
 
 DB_NAME = "history.sqlite"
 SCHEMA_VERSION = 1
@@ -149,6 +151,8 @@ class History:
                 "SELECT report, id FROM runs WHERE label = ? ORDER BY id DESC LIMIT 1",
                 (report["label"],),
             ).fetchone()
+            # Checked before the insert: a damaged history is refused with nothing added.
+            previous_report = None if row is None else _report_from(row[0], row[1])
             conn.execute(
                 "INSERT INTO runs (label, generated_at, recorded_at, score, raw_score, "
                 "lower_bound, probe_version, axes, findings, report) "
@@ -166,9 +170,8 @@ class History:
                     json.dumps(report),
                 ),
             )
-        if row is None:
+        if previous_report is None:
             return Regression(previous=None, reasons=())
-        previous_report = _report_from(row[0], row[1])
         previous = self.runs(report["label"], limit=2)
         before = previous[-2] if len(previous) >= 2 else None
         return Regression(before, regression_between(previous_report, report))
@@ -203,32 +206,49 @@ class History:
         """The newest run of ``label`` against the one before it."""
         with self._connect(create=False) as conn:
             rows = conn.execute(
-                "SELECT report FROM runs WHERE label = ? ORDER BY id DESC LIMIT 2", (label,)
+                "SELECT report, id FROM runs WHERE label = ? ORDER BY id DESC LIMIT 2", (label,)
             ).fetchall()
         if not rows:
             raise HistoryError(f"no run labelled {label!r} in {self.path}")
         if len(rows) == 1:
             return Regression(previous=None, reasons=())
-        newest, older = _report_from(rows[0][0], label), _report_from(rows[1][0], label)
+        newest, older = _report_from(*rows[0]), _report_from(*rows[1])
         runs = self.runs(label, limit=2)
         return Regression(runs[0], regression_between(older, newest))
 
 
-def _report_from(text: str, which: object) -> dict[str, Any]:
+def _report_from(text: Any, which: object) -> dict[str, Any]:
+    """A stored report, checked like a report file: a history can be edited by hand too, and
+    its reports are what the regression gate compares against."""
+    source = f"the stored report of run {which} in the history"
     try:
-        report = json.loads(text)
-    except ValueError as exc:
-        raise HistoryError(f"a stored report ({which}) in the history is damaged: {exc}") from exc
-    if not isinstance(report, dict) or not isinstance(report.get("summary"), dict):
-        raise HistoryError(f"a stored report ({which}) in the history is damaged")
-    return report
+        if not isinstance(text, str):
+            raise ReportError(f"{source} is not text")
+        return check_report(parse_json(text, source), source)
+    except ReportError as exc:
+        raise HistoryError(f"{exc}; the history was left as it is") from None
 
 
 def _run_from(row: tuple[Any, ...]) -> Run:
+    """One row, checked: SQLite keeps whatever a hand edit put in a column, and these values
+    reach the terminal and the console's plot."""
+
+    def damaged(column: str) -> HistoryError:
+        return HistoryError(f"run {row[0]} in the history is damaged: its {column} column")
+
     try:
         axes, findings = json.loads(row[7]), json.loads(row[8])
-    except ValueError as exc:
-        raise HistoryError(f"run {row[0]} in the history is damaged: {exc}") from exc
+    except (TypeError, ValueError, RecursionError):
+        raise damaged("axes or findings") from None
+    for column, value, top in (("score", row[3], MAX_SCORE), ("raw_score", row[4], None)):
+        if type(value) is not int or value < 0 or (top is not None and value > top):
+            raise damaged(column)
+    if not all(isinstance(v, str) for v in (row[1], row[2], row[6])):
+        raise damaged("label, generated_at or probe_version")
+    if not isinstance(axes, dict) or not all(isinstance(v, str) for v in axes.values()):
+        raise damaged("axes")
+    if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
+        raise damaged("findings")
     return Run(
         id=row[0],
         label=row[1],

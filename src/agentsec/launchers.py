@@ -21,6 +21,7 @@ from agentsec import peers
 from agentsec.errors import AgentsecError
 from agentsec.report import Target
 from agentsec.runner import PROBE_PATH
+from agentsec.untrusted import clean_text
 
 ENGINES = ("bwrap", "docker", "podman", *peers.PEER_ENGINES)
 PROBE_SETTINGS = (
@@ -31,6 +32,7 @@ PROBE_SETTINGS = (
     "AGENTSEC_PROBE_ONLY",
 )
 IMAGE_INSPECT_TIMEOUT_S = 30
+ENGINE_VERSION_TIMEOUT_S = 10
 
 
 class LaunchError(AgentsecError):
@@ -165,12 +167,44 @@ def image_digest(engine_bin: str, image: str) -> str:
             f"{engine_bin} did not answer within {IMAGE_INSPECT_TIMEOUT_S} s"
         ) from exc
     if proc.returncode != 0:
+        down = _engine_down(engine_bin)
+        if down is not None:
+            raise LaunchError(down)
         raise LaunchError(
             f"image {image!r} not found by {engine_bin}: pull or build it first "
             f"({engine_bin} image pull {image})"
         )
     digest, _, image_id = proc.stdout.strip().partition(" ")
     return digest if digest and digest != "<none>" else image_id
+
+
+def _engine_down(engine_bin: str) -> str | None:
+    """Why the engine does not answer at all (its daemon is down or unreachable), or None.
+
+    A failed `image inspect` reads the same whether the image is missing or nobody answered;
+    `version` needs the daemon (docker, remote podman) and tells the two apart."""
+    try:
+        proc = subprocess.run(
+            [engine_bin, "version"],
+            capture_output=True,
+            text=True,
+            timeout=ENGINE_VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        said, failed = f"no answer within {ENGINE_VERSION_TIMEOUT_S} s", True
+    except OSError as exc:
+        said, failed = exc.strerror or str(exc), True
+    else:
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        said, failed = (lines[-1] if lines else f"exit {proc.returncode}"), proc.returncode != 0
+    if not failed:
+        return None
+    return (
+        f"{engine_bin} gets no answer from its engine ({clean_text(said, 160)}): the daemon is "
+        f"not running or cannot be reached, so no image can be looked up; `{engine_bin} info` "
+        "tells why (start the daemon, or point DOCKER_HOST or CONTAINER_HOST at a running one)"
+    )
 
 
 def container_launch(

@@ -74,7 +74,7 @@ def run_matrix(
             progress(f"[{index}/{len(preset_names)}] {name}: skipped ({why})")
             continue
         progress(f"[{index}/{len(preset_names)}] {name}: measuring")
-        try:
+        try:  # what fails here fails this configuration; a report that cannot be saved, all
             launch = preset_launch(name, "", image if preset.needs_image else None, python=python)
             run = run_probe(launch.prefix, python=launch.python)
         except AgentsecError as exc:
@@ -83,9 +83,9 @@ def run_matrix(
             continue
         label = f"{name}_{image}" if preset.needs_image else name
         target = dataclasses.replace(launch.target, how=describe(launch))
-        report = service.score(run.output, label=label, target=target, rc=run.rc, redact=False)
-        saved = service.save(report, out_dir)
-        summary = report["summary"]
+        plan = service.Plan(label, out_dir)
+        saved = service.measure_output(run.output, target, run.rc, plan).saved
+        report, summary = saved.report, saved.report["summary"]
         result.rows.append(
             {
                 "label": label,

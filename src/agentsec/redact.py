@@ -53,7 +53,7 @@ def _redact_section(name: str, data: dict[str, Any]) -> None:
 
 def redact(probe: ProbeOutput) -> ProbeOutput:
     raw = copy.deepcopy(probe.raw)
-    context = raw.get("context") if isinstance(raw.get("context"), dict) else {}
+    context = probe.context
     raw["context"] = {key: context.get(key) for key in _CONTEXT_KEPT if key in context}
     sections: dict[str, SectionResult] = {}
     for name, result in probe.sections.items():

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentsec import __version__
 from agentsec.catalogue import Catalogue
-from agentsec.errors import AgentsecError
+from agentsec.errors import AgentsecError, OutputError
 from agentsec.scoring.assess import Assessment
 from agentsec.untrusted import ProbeOutput, clean_text
 
@@ -123,18 +123,32 @@ def build_report(
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write a file so a reader sees the old content or the new, never a torn one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write a file so a reader sees the old content or the new, never a torn one. A place
+    that cannot take it (read-only, /proc, a file where a directory should be, a full disk) is
+    an OutputError naming the file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise _output_error(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _output_error(path, exc) from None
         raise
+
+
+def _output_error(path: Path, exc: OSError) -> OutputError:
+    where = clean_text(str(path), 200)
+    if isinstance(exc, FileExistsError | NotADirectoryError):
+        return OutputError(f"cannot write {where}: a file stands where a directory is needed")
+    return OutputError(f"cannot write {where}: {exc.strerror or exc}")
 
 
 def write_report(report: dict[str, Any], markdown: str, out_dir: Path) -> tuple[Path, Path]:

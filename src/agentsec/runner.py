@@ -91,6 +91,14 @@ def run_probe(
             f"{python or 'the interpreter'} in the sandbox lacks part of the standard library "
             f"({_tail(stderr, 1)}): install the full python3 package, not python3-minimal"
         )
+    if not stdout.strip() and proc.returncode != 0:
+        # Nothing came out: the launcher itself failed (no such cage, no engine, a refused
+        # flag), and what it said is the error, not "no JSON object".
+        said = f": {_tail(stderr)}" if stderr.strip() else ""
+        raise ProbeRunError(
+            f"{clean_text(argv[0], 80)} exited {proc.returncode} before the probe printed "
+            f"anything{said}"
+        )
     try:
         output = parse_probe_output(stdout, source="the probe's output")
     except CaptureError as exc:

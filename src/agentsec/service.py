@@ -1,15 +1,27 @@
-"""Measure, score, save: the services the CLI composes. Plain data in, plain data out."""
+"""The one measurement pipeline: run the probe, score, save, record, apply the gates.
+
+Every command that measures goes through here (the CLI's measuring commands, ``matrix``,
+``demo``, the console and ``agentcage verify``), so a report is made, saved and judged the same
+way wherever it comes from. Plain data in, plain data out: the callers decide what to print.
+The order is the contract: the reports are saved before any gate is applied, so a failing gate
+keeps its evidence; a history that cannot be written is told after the reports are safe.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentsec import catalogue as catalogue_module
+from agentsec import gate
+from agentsec.history import History, HistoryError, Regression
+from agentsec.launchers import Launch
 from agentsec.redact import redact as redact_probe
 from agentsec.render.markdown import render_markdown
 from agentsec.report import Target, build_report, write_report
+from agentsec.runner import run_probe
 from agentsec.scoring.assess import assess
 from agentsec.untrusted import ProbeOutput
 
@@ -19,6 +31,29 @@ class SavedReport:
     report: dict[str, Any]
     json_path: Path
     markdown_path: Path
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a measurement goes and what it is held to."""
+
+    label: str
+    out_dir: Path
+    redact: bool = False
+    history: Path | None = None  # the database the run is recorded in; None: not recorded
+    gates: gate.Gates = field(default_factory=gate.Gates)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    saved: SavedReport
+    verdict: gate.Verdict
+    regression: Regression | None = None  # None: not recorded (or the history failed)
+    history_error: HistoryError | None = None  # told by the caller once outputs are written
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return self.saved.report
 
 
 def score(
@@ -43,3 +78,24 @@ def score(
 def save(report: dict[str, Any], out_dir: Path) -> SavedReport:
     json_path, md_path = write_report(report, render_markdown(report), out_dir)
     return SavedReport(report, json_path, md_path)
+
+
+def measure_output(output: ProbeOutput, target: Target, rc: int, plan: Plan) -> Measurement:
+    """Score a probe output, save the reports, record the run, then apply the gates."""
+    report = score(output, label=plan.label, target=target, rc=rc, redact=plan.redact)
+    saved = save(report, plan.out_dir)
+    regression, history_error = None, None
+    if plan.history is not None:
+        try:
+            regression = History(plan.history).record(report)
+        except HistoryError as error:
+            history_error = error
+    reasons = regression.reasons if regression is not None else None
+    verdict = gate.decide(report, plan.gates, reasons)
+    return Measurement(saved, verdict, regression, history_error)
+
+
+def measure(launch: Launch, plan: Plan, env: Mapping[str, str] | None = None) -> Measurement:
+    """Run the probe as ``launch`` says, then ``measure_output``."""
+    run = run_probe(launch.prefix, python=launch.python, env=env)
+    return measure_output(run.output, launch.target, run.rc, plan)

@@ -12,6 +12,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentsec.errors import CaptureError
@@ -32,6 +33,15 @@ def clean_text(value: str, limit: int = MAX_TEXT) -> str:
     if len(text) > limit:
         return text[: limit - 1] + "…"
     return text
+
+
+def json_problem(exc: ValueError) -> str:
+    """What is wrong with a text json.loads refused, in words fit for one line."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at character {exc.pos}"
+    if "digits" in str(exc):  # the interpreter's cap on int(str) against quadratic parsing
+        return "an integer thousands of digits long"
+    return clean_text(str(exc), 120)
 
 
 def clean_tree(value: Any, depth: int = 0, max_depth: int = MAX_DEPTH) -> Any:
@@ -126,11 +136,9 @@ def parse_probe_output(text: str, source: str = "probe output") -> ProbeOutput:
         raise CaptureError(f"{source} holds {len(candidates)} JSON lines; expected exactly one")
     try:
         decoded = json.loads(candidates[0])
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:
         hint = "; it does not end with '}' (truncated?)" if not candidates[0].endswith("}") else ""
-        raise CaptureError(
-            f"{source} is not valid JSON: {exc.msg} at character {exc.pos}{hint}"
-        ) from exc
+        raise CaptureError(f"{source} is not valid JSON: {json_problem(exc)}{hint}") from exc
     except RecursionError as exc:
         raise CaptureError(f"{source} is nested too deeply to be a probe output") from exc
     if not isinstance(decoded, dict):
@@ -150,3 +158,18 @@ def parse_probe_output(text: str, source: str = "probe output") -> ProbeOutput:
     return ProbeOutput(
         version=raw["probe_version"], raw=raw, sections=sections, ignored_lines=ignored
     )
+
+
+def read_capture(path: Path) -> ProbeOutput:
+    """A probe output saved to a file, read with the same cap as a live one (a huge file is
+    refused after MAX_CAPTURE_BYTES, never loaded whole). Bytes that are not UTF-8 are replaced:
+    the probe writes ASCII JSON, and a stray byte in a shell banner must not cost the capture."""
+    shown = clean_text(str(path), 200)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CAPTURE_BYTES + 1)
+    except IsADirectoryError:
+        raise CaptureError(f"{shown} is a directory, not a probe output") from None
+    except OSError as exc:
+        raise CaptureError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    return parse_probe_output(data.decode("utf-8", errors="replace"), source=shown)

@@ -32,8 +32,10 @@ class DnsAnswerer:
                 continue
             qtype = QTYPE[question.qtype]
             rdata = _RDATA.get(str(qtype))
+            if rdata is None:
+                continue
             # A name that exists but has no record of this type: empty NOERROR, like a real server.
-            for address in records.get(str(qtype), []) if rdata else []:
+            for address in records.get(str(qtype), []):
                 reply.add_answer(RR(question.qname, question.qtype, rdata=rdata(address),
                                     ttl=self._ttl))
         return reply

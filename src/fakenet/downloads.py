@@ -26,7 +26,7 @@ import brotli
 try:
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the Python version
-    from backports import zstd  # type: ignore[import-not-found,no-redef]
+    from backports import zstd
 
 PREFIX = "/download/"
 MAX_SIZE = 256 * 1024 * 1024

@@ -49,7 +49,7 @@ def test_secret_set_before_create_then_update_and_destroy_keeping_secrets(home, 
     config = home / "cage.yaml"
     config.write_text(cage_yaml(net, "life", ["api.example.test"], extra=RULE))
 
-    # the seed's order: init, secret set, cage create
+    # the order docs/cage.md allows: init, secret set, and only then cage create
     r = secret_set(home, "life", "API_TOKEN", value)
     assert r.returncode == 0 and "not created yet" in r.stdout, r.stderr
     listed = json.loads(agentcage(home, "secret", "list", "life", "--json").stdout)

@@ -70,7 +70,7 @@ def test_custom_inspector_that_raises_blocks_through_the_chain(ctx):
     assert "RuntimeError: boom" in decision.reason
 
 
-def test_one_registry_in_seed_order_fitting_the_gateway_protocol():
+def test_one_registry_in_the_documented_order_fitting_the_gateway_protocol():
     # the gateway keeps the protocol only: one registry, one chain runner
     assert not hasattr(gateway_inspectors, "REGISTRY")
     assert not hasattr(gateway_inspectors, "run_chain")
@@ -83,7 +83,7 @@ def test_one_registry_in_seed_order_fitting_the_gateway_protocol():
         assert callable(inspector.inspect)
 
 
-def test_build_chain_from_config_runs_in_seed_order(ctx):
+def test_build_chain_from_config_runs_in_the_documented_order(ctx):
     staged = [StagedSecret("K", mint("K"), b"real-value-" + os.urandom(8).hex().encode())]
     rules = [rule_from_config({"env": "K", "inject_to": ["api.example.test"]})]
     chain = build_chain(

@@ -7,15 +7,20 @@ bridge would rewrite the host firewall, so a test that wants a network names a n
 fake internet with --network ns:/run/netns/NAME.
 
 The test image is a Debian minbase root filesystem with python3 made by debootstrap (about a
-minute, once per machine), imported with `podman import`; no registry is needed.
+minute, once per machine), imported with `podman import`; no registry is needed. The cache is
+shared by every test run on the machine, and locked (see `podman_world`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,54 +69,132 @@ def _image_exists(world: PodmanWorld, image: str) -> bool:
     return world.podman("image", "exists", image).returncode == 0
 
 
-def _debootstrap(rootfs: Path) -> None:
-    staging = rootfs.with_name(rootfs.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
+# ---- the machine-wide cache, shared by every test run on this machine ---------------------------
+#
+# Two runs at once (two checkouts, two helpers) must not break each other. Builders take the
+# cache's lock exclusively; a run that uses the world holds it shared for as long as it does, so no
+# builder changes what it is using. Trees are built under a name of their own and renamed into
+# place whole, so a reader never sees a half-built one, and a builder killed half-way leaves only
+# a scratch directory the next builder removes.
+
+LOCK_NAME = ".lock"
+SCRATCH_PREFIX = ".building-"
+
+
+@contextlib.contextmanager
+def cache_lock(cache: Path, exclusive: bool) -> Iterator[int]:
+    cache.mkdir(parents=True, exist_ok=True)
+    fd = os.open(cache / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def cached_tree(cache: Path, name: str, build: Callable[[Path], None]) -> Path:
+    """``cache/name``, built by ``build(directory)`` if missing. Call with the lock held
+    exclusively: the tree appears whole or not at all."""
+    final = cache / name
+    if final.exists():
+        return final
+    for stale in cache.glob(f"{SCRATCH_PREFIX}{name}.*"):  # a builder killed half-way
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{name}.", dir=cache))
+    try:
+        build(scratch / "tree")
+        (scratch / "tree").rename(final)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return final
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Rewritten only when it differs, and then by rename: a podman of another run may be
+    reading it."""
+    if path.exists() and path.read_text() == text:
+        return
+    tmp = path.with_name(f"{SCRATCH_PREFIX}{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+def _debootstrap(target: Path) -> None:
     proc = subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(staging), MIRROR],
+        ["debootstrap", "--variant=minbase", "--include=python3", "bookworm", str(target), MIRROR],
         capture_output=True,
         text=True,
         timeout=900,
     )
     if proc.returncode != 0:
         pytest.fail(f"debootstrap failed: {proc.stdout[-500:]} {proc.stderr[-500:]}")
-    staging.rename(rootfs)  # only a complete root filesystem ever has the final name
+
+
+def _bare_rootfs(target: Path) -> None:
+    (target / "etc").mkdir(parents=True)
+    (target / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/false\n")
 
 
 def _import(world: PodmanWorld, directory: Path, image: str) -> None:
-    tarball = directory.with_suffix(".tar")
-    with tarfile.open(tarball, "w") as archive:
-        archive.add(directory, arcname=".")
-    proc = world.podman("import", str(tarball), image, timeout=300)
-    tarball.unlink()
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=directory.parent) as scratch:
+        tarball = Path(scratch) / "rootfs.tar"
+        with tarfile.open(tarball, "w") as archive:
+            archive.add(directory, arcname=".")
+        proc = world.podman("import", str(tarball), image, timeout=300)
     if proc.returncode != 0:
         pytest.fail(f"podman import failed: {proc.stderr[-500:]}")
 
 
-def build_world() -> PodmanWorld:
-    _require("podman", "runc", "debootstrap")
-    conf_dir = CACHE / "podman"
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    containers_conf = conf_dir / "containers.conf"
-    containers_conf.write_text(CONTAINERS_CONF)
-    storage_conf = conf_dir / "storage.conf"
-    storage_conf.write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{conf_dir / "storage"}"\n'
-        f'runroot = "{conf_dir / "run"}"\n'
-    )
+def _world(cache: Path) -> tuple[PodmanWorld, dict[Path, str]]:
+    conf_dir = cache / "podman"
+    containers_conf, storage_conf = conf_dir / "containers.conf", conf_dir / "storage.conf"
+    files = {
+        containers_conf: CONTAINERS_CONF,
+        storage_conf: f'[storage]\ndriver = "overlay"\ngraphroot = "{conf_dir / "storage"}"\n'
+        f'runroot = "{conf_dir / "run"}"\n',
+    }
     world = PodmanWorld(
         env={"CONTAINERS_CONF": str(containers_conf), "CONTAINERS_STORAGE_CONF": str(storage_conf)},
         image=IMAGE,
         no_python_image=NO_PYTHON_IMAGE,
     )
+    return world, files
+
+
+def _complete(world: PodmanWorld, files: dict[Path, str]) -> bool:
+    return (
+        all(path.exists() and path.read_text() == text for path, text in files.items())
+        and _image_exists(world, IMAGE)
+        and _image_exists(world, NO_PYTHON_IMAGE)
+    )
+
+
+def _build(cache: Path, world: PodmanWorld, files: dict[Path, str]) -> None:
+    # The lock is held exclusively: any scratch left here is a dead builder's.
+    for stale in [*cache.glob(f"{SCRATCH_PREFIX}*"), *cache.glob(f"*/{SCRATCH_PREFIX}*")]:
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(path, text)
     if not _image_exists(world, IMAGE):
-        rootfs = CACHE / "rootfs-bookworm-python3"
-        if not rootfs.exists():
-            _debootstrap(rootfs)
-        _import(world, rootfs, IMAGE)
+        _import(world, cached_tree(cache, "rootfs-bookworm-python3", _debootstrap), IMAGE)
     if not _image_exists(world, NO_PYTHON_IMAGE):
-        bare = CACHE / "rootfs-bare"
-        (bare / "etc").mkdir(parents=True, exist_ok=True)
-        (bare / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/false\n")
-        _import(world, bare, NO_PYTHON_IMAGE)
-    return world
+        _import(world, cached_tree(cache, "rootfs-bare", _bare_rootfs), NO_PYTHON_IMAGE)
+
+
+@contextlib.contextmanager
+def podman_world(cache: Path = CACHE) -> Iterator[PodmanWorld]:
+    """The world, built if needed, and held (the cache locked shared) while it is in use."""
+    _require("podman", "runc", "debootstrap")
+    world, files = _world(cache)
+    with cache_lock(cache, exclusive=False) as fd:
+        if not _complete(world, files):
+            # flock cannot upgrade in place: let go, build alone, then share again.
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _build(cache, world, files)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield world

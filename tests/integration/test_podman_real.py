@@ -7,19 +7,21 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.podman_world import PodmanWorld, build_world
+from tests.integration.podman_world import PodmanWorld, podman_world
 
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 
 
 @pytest.fixture(scope="module")
-def podman() -> PodmanWorld:
-    return build_world()
+def podman() -> Iterator[PodmanWorld]:
+    with podman_world() as world:
+        yield world
 
 
 def agentsec(

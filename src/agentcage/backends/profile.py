@@ -127,10 +127,11 @@ def resolve_volumes(config: CageConfig, base: Path, project: Path | None,
     if proj is None:
         proj = (project or base).resolve()
         volumes.append((str(proj), WORKSPACE, "rw"))
-    for src, _, _ in volumes:
-        if not Path(src).is_dir():
-            raise BackendError(f"volume source {src} is not a directory; create it or fix the path")
-        refusal = resolved_source_refusal(Path(src), protected)
+    for source, _, _ in volumes:
+        if not Path(source).is_dir():
+            raise BackendError(
+                f"volume source {source} is not a directory; create it or fix the path")
+        refusal = resolved_source_refusal(Path(source), protected)
         if refusal:
-            raise BackendError(f"volume {src}: {refusal}")
+            raise BackendError(f"volume {source}: {refusal}")
     return proj, tuple(volumes)

@@ -201,7 +201,7 @@ def run(t: Target, command: Sequence[str], interactive: bool, capture: bool,
         except BlockingIOError:
             proof = b""
         if not proof:
-            detail = f": {err.strip().splitlines()[-1]}" if capture and err.strip() else ""
+            detail = f": {err.strip().splitlines()[-1]}" if capture and err and err.strip() else ""
             raise BackendError(
                 f"the sandbox of cage {t.cage.name} could not be set up "
                 f"(bwrap exit {proc.returncode}{detail}); nothing ran"

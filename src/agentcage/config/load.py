@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from agentcage.config.model import CageConfig
 from agentcage.errors import ConfigError
@@ -31,7 +32,7 @@ class _BoundedLoader(yaml.SafeLoader):
         self._nodes = 0
         self._depth = 0
 
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             mark = self.peek_event().start_mark
             raise _Refused(f"line {mark.line + 1}: YAML aliases (*name) are not accepted in a "
@@ -82,7 +83,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
-def _fix(err: dict[str, Any]) -> str:
+def _fix(err: ErrorDetails) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         owner = _model_at(tuple(err["loc"][:-1]))

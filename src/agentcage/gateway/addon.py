@@ -587,7 +587,7 @@ class CageAddon:
             redacted = redactor.redact(content)
             if redacted.names:
                 names |= redacted.names
-                resp.set_content(redacted.data)  # type: ignore[arg-type]
+                resp.set_content(redacted.data)
         if names:
             flow.metadata[META_REDACTED] = tuple(sorted(names))
 
@@ -777,7 +777,7 @@ class CageAddon:
             if not armour.redactor.empty:
                 redacted = armour.redactor.redact(message.content)
                 if redacted.names:
-                    message.content = redacted.data  # type: ignore[assignment]
+                    message.content = redacted.data
                     self._ws_record(flow, name, port, "allowed", "server frame redacted",
                                     "redaction", redacted=tuple(sorted(redacted.names)))
             self._ws_capture(flow, message, inbound=message.content, outbound=sent)

@@ -21,7 +21,8 @@ def _clip(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class AuditRecord:
-    """The seed's fields; `by` names the layer that decided (inspector, resolver, gate...)."""
+    """One decision, in the fields every audit record carries; `by` names the layer that
+    decided (inspector, resolver, gate...)."""
 
     direction: str  # outbound | dns | upstream | config | packets
     decision: str

@@ -20,7 +20,7 @@ import brotli
 try:  # Python 3.14 has it in the standard library; mitmproxy depends on the backport before
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the Python version
-    from backports import zstd  # type: ignore[import-not-found,no-redef]
+    from backports import zstd
 
 PIECE = 256 * 1024
 

@@ -40,7 +40,7 @@ def limit_request_bodies_only() -> None:
     from mitmproxy.proxy.layers.http import HttpStream
 
     def make(original: Any) -> Any:
-        def check_body_size(self, request: bool):  # type: ignore[no-untyped-def]
+        def check_body_size(self, request: bool):
             if request:
                 return (yield from original(self, request))
             return False
@@ -60,7 +60,7 @@ def reset_refused_uploads() -> None:
     from mitmproxy.proxy.layers.http._http2 import Http2Connection
 
     def make(original: Any) -> Any:
-        def _handle_event(self, event):  # type: ignore[no-untyped-def]
+        def _handle_event(self, event):
             yield from original(self, event)
             if (isinstance(event, ResponseProtocolError)
                     and event.code is ErrorCode.REQUEST_TOO_LARGE

@@ -38,7 +38,7 @@ class GatewaySettings:
     log_level: str = "warning"  # cage.yaml logging.level: what goes to gateway.log
     max_request_body: int = 10 * 1024 * 1024
     counter_interval_seconds: float = 2.0
-    # Secrets and inspectors (issue 5). `secrets_path`: the staged secrets (tmpfs, 0600), read at
+    # Secrets and inspectors. `secrets_path`: the staged secrets (tmpfs, 0600), read at
     # start and again on SIGHUP; "" = this gateway has none. `reload_ack_path`: written after
     # every (re)load with the outcome, so the CLI knows a rotation is in force.
     policy_ack_path: str = ""  # written after every policy (re)load: which file is in force

@@ -24,7 +24,7 @@ stream).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from agentcage.gateway.decoding import Decoder, decoder_for, is_encoded
@@ -92,7 +92,7 @@ class ResponseStream:
         final = not chunk
         self.received += len(chunk)
         if self.decoder is None:
-            decoded: Sequence[bytes] | Generator[bytes, None, None] = (chunk,)
+            decoded: Iterable[bytes] = (chunk,)
         elif final:
             # an empty body needs no decoding, whatever its Content-Encoding says
             decoded = self.decoder.finish() if self.received else ()

@@ -1,4 +1,4 @@
-"""Issue 5's inspectors: secrets, body-size, entropy, content-type, custom, and the chain runner.
+"""The gateway's inspectors: secrets, body-size, entropy, content-type, custom; the chain runner.
 
 Every inspector satisfies `agentcage.gateway.inspectors.Inspector` (name, phase, inspect) and
 returns a Decision; nothing here imports mitmproxy.

@@ -7,11 +7,13 @@ an AWS key belongs on `sts.amazonaws.com` and every regional endpoint.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from types import ModuleType
 from typing import Any, Literal
 
 from agentcage.domains import DomainMatcher, DomainPattern, DomainRule, parse_pattern
@@ -75,12 +77,20 @@ def compile_pattern(entry: Mapping[str, Any]) -> ProviderPattern:
         raise PatternError(f"secret pattern {pid}: {e}") from None
 
 
+def _regex_parser() -> ModuleType | None:
+    """The standard library's own regex parser: private, so typeshed does not declare it, and
+    a future Python may not have it (then the shortcuts that use it are skipped)."""
+    try:
+        return importlib.import_module("re._parser")
+    except ImportError:  # pragma: no cover - a future Python without it
+        return None
+
+
 def required_punctuation(regex: re.Pattern[bytes]) -> frozenset[int]:
     """Non-alphanumeric bytes every match of `regex` contains (a safe under-approximation:
     whatever the analysis cannot follow contributes nothing)."""
-    try:
-        from re import _parser  # the standard library's own regex parser
-    except ImportError:  # pragma: no cover - a future Python without it: skip the shortcut
+    _parser = _regex_parser()
+    if _parser is None:
         return frozenset()
 
     def walk(items: Any) -> set[int]:
@@ -117,9 +127,8 @@ def token_min_len(regex: re.Pattern[bytes]) -> int | None:
     """
     if regex.flags:  # case folding, verbose, dot-all...: not followed here
         return None
-    try:
-        from re import _parser
-    except ImportError:  # pragma: no cover - a future Python without it: skip the shortcut
+    _parser = _regex_parser()
+    if _parser is None:
         return None
     repeats = {_parser.MAX_REPEAT, _parser.MIN_REPEAT, getattr(_parser, "POSSESSIVE_REPEAT", None)}
 

@@ -1,4 +1,4 @@
-"""The inspectors of issue 5, and how to build the whole chain from a cage's configuration.
+"""The built-in inspectors, and how to build the whole chain from a cage's configuration.
 
 `REGISTRY` is the ONE registry of built-in inspectors, in the order they run (every factory works
 without arguments, with the reference defaults). `build_chain` builds the configured chain in

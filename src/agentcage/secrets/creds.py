@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agentcage.secrets.errors import SecretStoreError, StoreUnavailable
 from agentcage.secrets.placeholders import check_env_name
+from agentcage.secrets.store import Backend
 from agentcage.state import atomic_write, ensure_private_dir
 
 TOOL = "systemd-creds"
@@ -23,7 +24,7 @@ _INSTALL_FIX = "apt-get install systemd (it provides /usr/bin/systemd-creds)"
 
 
 class SystemdCredsStore:
-    backend = "systemd-creds"
+    backend: Backend = "systemd-creds"
 
     def __init__(self, root: Path, tool: str = TOOL):
         self.root = root

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from agentcage.secrets.errors import SecretStoreError, StoreUnavailable
 from agentcage.secrets.placeholders import check_env_name
+from agentcage.secrets.store import Backend
 from agentcage.state import atomic_write, ensure_private_dir, locked_dir
 
 FORMAT_VERSION = 1
@@ -51,7 +52,7 @@ def _decode_map(blob: bytes, where: Path) -> dict[str, bytes]:
 class _MapFileStore:
     """Shared read-modify-write of a name→value map kept in one file."""
 
-    backend = "plaintext"
+    backend: Backend = "plaintext"
     file_name = "secrets.plain.json"
 
     def __init__(self, root: Path):
@@ -113,12 +114,12 @@ class _MapFileStore:
 class PlaintextStore(_MapFileStore):
     """Values as base64 in a 0600 JSON file: encoding, not encryption. Opt-in only."""
 
-    backend = "plaintext"
+    backend: Backend = "plaintext"
     file_name = "secrets.plain.json"
 
 
 class EncryptedFileStore(_MapFileStore):
-    backend = "encrypted-file"
+    backend: Backend = "encrypted-file"
     file_name = "secrets.enc"
 
     @property

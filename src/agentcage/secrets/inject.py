@@ -105,8 +105,8 @@ class Injector:
             elif json_string:
                 value = json.dumps(value.decode("utf-8", "surrogateescape"))[1:-1].encode()
             if isinstance(text, bytes):
-                return value  # type: ignore[return-value]
-            return value.decode("utf-8", "surrogateescape")  # type: ignore[return-value]
+                return value
+            return value.decode("utf-8", "surrogateescape")
 
         return pattern.sub(one, text)
 

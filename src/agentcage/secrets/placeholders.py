@@ -54,8 +54,9 @@ def parse(text: str) -> Placeholder:
 def find(text: str | bytes) -> Iterator[tuple[int, int, Placeholder]]:
     """Every placeholder in `text`, as (start, end, placeholder)."""
     if isinstance(text, bytes):
-        for m in PLACEHOLDER_BYTES_RE.finditer(text):
-            yield m.start(), m.end(), Placeholder(m.group(1).decode(), m.group(2).decode())
+        for raw in PLACEHOLDER_BYTES_RE.finditer(text):
+            found = Placeholder(raw.group(1).decode(), raw.group(2).decode())
+            yield raw.start(), raw.end(), found
     else:
         for m in PLACEHOLDER_RE.finditer(text):
             yield m.start(), m.end(), Placeholder(m.group(1), m.group(2))

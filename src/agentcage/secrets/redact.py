@@ -27,8 +27,8 @@ _MAX_DEPTH = 2  # base64 inside base64 inside the body
 
 
 @dataclass(frozen=True)
-class Redaction:
-    data: bytes | str  # the same type that was given
+class Redaction[T: (bytes, str)]:
+    data: T  # the same type that was given
     names: frozenset[str]  # env names of the secrets that were found and replaced
 
 
@@ -105,7 +105,7 @@ class Redactor:
 
     # ---- redacting ----------------------------------------------------------------------
 
-    def redact(self, data: bytes | str) -> Redaction:
+    def redact[T: (bytes, str)](self, data: T) -> Redaction[T]:
         """`data` (bytes, or text such as a WebSocket text frame) with every real value
         replaced by its placeholder; `data` of the result has the type given."""
         if isinstance(data, str):

@@ -86,8 +86,7 @@ def open_store(root: Path, backend: str = "auto", allow_plaintext: bool = False)
                 "the plaintext backend needs an explicit opt-in (secrets.allow_plaintext: true)"
             )
         store = _make("plaintext", root)
-        warning = PLAINTEXT_WARNING.format(path=root)
-        return StoreChoice(store, "plaintext", "configured", warning)
+        return StoreChoice(store, "plaintext", "configured", PLAINTEXT_WARNING.format(path=root))
     if backend in ("systemd-creds", "encrypted-file"):
         if (problem := availability(backend, root)) is not None:  # type: ignore[arg-type]
             raise problem
@@ -121,9 +120,9 @@ def open_store(root: Path, backend: str = "auto", allow_plaintext: bool = False)
         )
     problems: list[str] = []
     for candidate in ("systemd-creds", "encrypted-file"):
-        problem = availability(candidate, root)  # type: ignore[arg-type]
+        problem = availability(candidate, root)
         if problem is None:
             reason = "strongest available" + (f" ({problems[0]})" if problems else "")
-            return StoreChoice(_make(candidate, root), candidate, reason)  # type: ignore[arg-type]
+            return StoreChoice(_make(candidate, root), candidate, reason)
         problems.append(str(problem))
     raise SecretStoreError("no encrypted secret backend works here: " + "; ".join(problems))

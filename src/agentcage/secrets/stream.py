@@ -58,7 +58,7 @@ class StreamRedactor:
             return data
         result = self._redactor.redact(data)
         self.names |= result.names
-        return result.data  # type: ignore[return-value]
+        return result.data
 
     def _safe_cut(self, data: bytes) -> int:
         size = len(data)

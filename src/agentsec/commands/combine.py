@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from agentsec import gate
 from agentsec.cliutil import emit_json
 from agentsec.promptfoo.combine import combine
 from agentsec.promptfoo.evalfile import load_eval
 from agentsec.render.combined import render_combined_markdown
 from agentsec.report import write_atomically
+from agentsec.reportfile import load_report
 from agentsec.untrusted import clean_report
 
 
@@ -29,7 +29,7 @@ from agentsec.untrusted import clean_report
 def command(promptfoo_file: Path, sandbox: Path, deployed_in: str, out_file: Path | None,
             as_json: bool) -> None:
     """Join a promptfoo eval with a sandbox report: which successful attacks meet open doors."""
-    report = clean_report(gate.load_report(sandbox))
+    report = clean_report(load_report(sandbox))
     doc = combine(load_eval(promptfoo_file), report, deployed_in, str(promptfoo_file),
                   str(sandbox))
     if as_json:

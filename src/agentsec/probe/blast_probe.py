@@ -725,7 +725,9 @@ def json_value(text):
     try:
         import _json
 
-        scan = _json.make_scanner(JsonSettings)
+        # The C scanner reads its settings by attribute from any object; typeshed declares
+        # the argument as a scanner, which only the json module's own decoder is.
+        scan = _json.make_scanner(JsonSettings)  # type: ignore[arg-type]
     except (ImportError, AttributeError, TypeError):
         import json
 
@@ -961,7 +963,7 @@ ANY_NET_SYSCTL = "/proc/sys/net/core/somaxconn"
 def own_namespaces():
     """{kind: True when this process is in a namespace of that kind other than the host's
     initial one, False when in the initial one, None when that cannot be told}."""
-    found = {}
+    found = {}  # type: dict
     for kind, initial in INITIAL_NAMESPACE_INODES.items():
         try:
             link = os.readlink("/proc/self/ns/" + kind)
@@ -1168,14 +1170,16 @@ def tcp_target_job(progress, host, port, family, deadline):
             progress.update(result="not_attempted")
             return
         progress.update(result="timeout")
-        first = None
+        outcomes = []
         for address_family, sockaddr in found[:3]:
-            outcome = connect_and_close(address_family, socket.SOCK_STREAM, sockaddr, deadline)
-            first = first or outcome
-            if outcome[0] == "connected":
-                first = outcome
+            outcomes.append(
+                connect_and_close(address_family, socket.SOCK_STREAM, sockaddr, deadline)
+            )
+            if outcomes[-1][0] == "connected":
                 break
-        progress.update(result=first[0], errno=first[1])
+        # The address that connected, or else the first address's failure.
+        chosen = outcomes[-1] if outcomes[-1][0] == "connected" else outcomes[0]
+        progress.update(result=chosen[0], errno=chosen[1])
 
     return job
 
@@ -1457,7 +1461,7 @@ def section_proxy(settings):
 
         token = ("%s:%s" % (username, password)).encode("utf-8", "surrogateescape")
         authorization = base64.b64encode(token).decode("ascii")
-    credentials_sent = []  # appended to once a request carried the credentials
+    credentials_sent = []  # type: list  # appended to once a request carried the credentials
     for index, (host, port, control) in enumerate(asked):
         progress[index] = Progress(
             host=host,
@@ -1778,7 +1782,7 @@ def section_keyring(settings):
         session = "error"
     keys = read_text("/proc/keys")  # counted only: descriptions never leave this function
     reach = keys_in_reach() if session == "accessible" else {}
-    readable_types = {}
+    readable_types = {}  # type: dict
     for key, kind in sorted(reach.items()):
         if kind in (None, "keyring"):
             continue
@@ -1894,7 +1898,7 @@ def section_proc_environ(settings):
             count, names = extra_entries(theirs, ours)
             holding_more += int(count > 0)
             others_names |= names
-    pid1 = {"readable": None, "holds_more": None, "extra": None, "names": set()}
+    pid1 = {"readable": None, "holds_more": None, "extra": None, "names": set()}  # type: dict
     if not pid1_is_self:
         state, theirs = environ_entries("/proc/1/environ")
         pid1["readable"] = None if state == "absent" else state == "read"
@@ -2093,7 +2097,7 @@ def section_persistence(settings):
 def visible_mounts(mounts):
     """The mounts not hidden by a later mount on the same point or on a directory above it
     (mountinfo lists them in mount order, a parent before what is mounted under it)."""
-    visible = []
+    visible = []  # type: list
     for mount in mounts:
         point = mount["mountpoint"]
         below = point.rstrip("/") + "/"
@@ -2205,7 +2209,8 @@ def limit_files(mounts):
     False when such a filesystem is mounted but the cgroup could not be found in it, None when
     no cgroup filesystem carrying that controller is mounted at all})."""
     v1, v2 = own_cgroups()
-    files, found = [], {"memory": None, "pids": None}
+    files = []  # type: list
+    found = {"memory": None, "pids": None}  # type: dict
 
     def add(kind, mount, directory, name):
         if directory is None:
@@ -2245,7 +2250,7 @@ def rlimit_nproc():
 
 
 def section_resources(settings):
-    limits = {"memory": [], "pids": []}
+    limits = {"memory": [], "pids": []}  # type: dict
     files, found = limit_files(visible_mounts(read_mounts()))
     for path, kind in files:
         value = read_limit(path, ABSURD_MEMORY_LIMIT if kind == "memory" else PID_MAX_LIMIT)

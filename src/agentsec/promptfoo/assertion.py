@@ -17,6 +17,7 @@ from typing import Any
 
 from agentsec import gate
 from agentsec.errors import AgentsecError
+from agentsec.reportfile import load_report
 
 NAMED_SCORE = "blast_radius"
 
@@ -33,17 +34,17 @@ def get_assert(output: str, context: dict[str, Any]) -> dict[str, Any]:
     if not path:
         reason = "agentsec: set AGENTSEC_REPORT to a sandbox report (agentsec blast-radius)"
         return {"pass": False, "score": 0.0, "reason": reason}
-    try:
-        report = gate.load_report(Path(str(path)))
-    except AgentsecError as error:
-        return {"pass": False, "score": 0.0, "reason": f"agentsec: {error}"}
-    score = int(report["summary"]["score"])
     budget_raw = _setting(context, "max_score", "AGENTSEC_MAX_SCORE")
     try:
         budget = 100 if budget_raw in (None, "") else int(budget_raw)
     except (TypeError, ValueError):
         return {"pass": False, "score": 0.0, "reason": f"agentsec: max_score {budget_raw!r}"}
-    passed = score <= budget
+    try:
+        report = load_report(Path(str(path)))
+    except AgentsecError as error:
+        return {"pass": False, "score": 0.0, "reason": f"agentsec: {error}"}
+    score = report["summary"]["score"]
+    passed = not gate.decide(report, gate.Gates(max_score=budget)).failed
     reachable = [k for k, a in report["summary"]["axes"].items() if a.get("state") == "reachable"]
     reason = (
         f"agentsec: sandbox {report['label']} scores {score} / 100 "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsec.errors import AgentsecError
-from agentsec.untrusted import MAX_CAPTURE_BYTES, clean_tree
+from agentsec.untrusted import MAX_CAPTURE_BYTES, clean_tree, json_problem
 
 _DIRECT = re.compile(r"^owasp:agentic:asi(\d{2})$", re.IGNORECASE)
 MAX_EVAL_BYTES = 8 * MAX_CAPTURE_BYTES
@@ -66,17 +66,19 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _row(raw: Any) -> Row:
     if not isinstance(raw, dict):
         raise PromptfooError("a result row is not an object")
-    case = raw.get("testCase") if isinstance(raw.get("testCase"), dict) else {}
-    meta = case.get("metadata") if isinstance(case.get("metadata"), dict) else {}
-    if not meta and isinstance(raw.get("metadata"), dict):
-        meta = raw["metadata"]
-    grading = raw.get("gradingResult") if isinstance(raw.get("gradingResult"), dict) else {}
+    case = _object(raw.get("testCase"))
+    meta = _object(case.get("metadata")) or _object(raw.get("metadata"))
+    grading = _object(raw.get("gradingResult"))
     if not isinstance(raw.get("success"), bool):
         raise PromptfooError("a result row has no success field: not a promptfoo eval row")
-    scores = raw.get("namedScores") if isinstance(raw.get("namedScores"), dict) else {}
+    scores = _object(raw.get("namedScores"))
     return Row(
         description=_text(case.get("description")) or _text(raw.get("description")),
         plugin_id=_text(meta.get("pluginId")) or None,
@@ -95,10 +97,9 @@ def load_eval(path: Path) -> Eval:
         raise PromptfooError(f"cannot read {path}: {exc.strerror}") from exc
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:
         raise PromptfooError(
-            f"{path} is not valid JSON ({exc.msg} at character {exc.pos}): "
-            "not a promptfoo eval output"
+            f"{path} is not valid JSON ({json_problem(exc)}): not a promptfoo eval output"
         ) from exc
     except RecursionError as exc:
         raise PromptfooError(f"{path} is nested too deeply") from exc

@@ -14,7 +14,7 @@ STATE_LABELS = {
 
 def axis_cell(axis: dict[str, Any]) -> str:
     """'✕ reachable (high)', '? not measured', ... for one axis of a report's summary."""
-    symbol, words = STATE_LABELS.get(axis.get("state"), ("?", "not measured"))
+    symbol, words = STATE_LABELS.get(str(axis.get("state")), ("?", "not measured"))
     if axis.get("state") == "reachable" and axis.get("severity"):
         return f"{symbol} {words} ({axis['severity']})"
     if axis.get("state") != "not_measured" and axis.get("not_measured"):

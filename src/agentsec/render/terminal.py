@@ -38,7 +38,7 @@ def axis_codes(titles: Sequence[str]) -> list[str]:
 
 def axis_symbol(axis: dict[str, Any]) -> tuple[str, str]:
     """Two characters for one axis, and its style: '✕H' reachable (high), '✓*' partly measured."""
-    state = axis.get("state")
+    state = str(axis.get("state"))
     symbol, _ = STATE_LABELS.get(state, STATE_LABELS["not_measured"])
     suffix = " "
     if state == "reachable" and axis.get("severity"):

@@ -56,7 +56,7 @@ class Assessment:
         return any(axis.state == "not_measured" or axis.not_measured for axis in self.axes)
 
     def by_severity(self) -> dict[str, int]:
-        counts = dict.fromkeys(SEVERITY_ORDER, 0)
+        counts: dict[str, int] = dict.fromkeys(SEVERITY_ORDER, 0)
         for finding in self.findings:
             counts[finding.severity] += 1
         return counts
@@ -72,12 +72,13 @@ def _worst(severities: list[Severity]) -> Severity | None:
 def _severity_of(spec: FindingSpec, hit: Hit) -> Severity:
     if spec.severity == "varies":
         earned: list[Severity] = []
-        for severity, items in spec.severity_by:
+        for level, items in spec.severity_by:
             if "*" in items or any(key in items for key in hit.severity_keys):
-                earned.append(severity)
-        severity = _worst(earned)
-        if severity is None:
+                earned.append(level)
+        worst = _worst(earned)
+        if worst is None:
             raise CatalogueError(f"{spec.id}: no severity matches {hit.severity_keys}")
+        severity: Severity = worst
     else:
         severity = spec.severity
     if hit.severity_cap and SEVERITY_ORDER.index(hit.severity_cap) > SEVERITY_ORDER.index(severity):

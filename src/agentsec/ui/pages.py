@@ -8,20 +8,18 @@ bad file cannot take the console down.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
-from agentsec import gate, service
+from agentsec import service
 from agentsec.errors import AgentsecError
 from agentsec.history import DB_NAME, History, HistoryError, regression_between
 from agentsec.launchers import Launch, availability, load_presets
 from agentsec.render.history_plot import history_svg
 from agentsec.render.html import render_html
 from agentsec.report import TEST_BLAST_RADIUS
+from agentsec.reportfile import load_report, report_kind
 from agentsec.results import document
-from agentsec.runner import run_probe
 from agentsec.ui.security import Guard
 from agentsec.untrusted import clean_report, clean_text
 
@@ -34,21 +32,22 @@ class ConsoleData:
         self.history = History(results / DB_NAME)
 
     def reports(self) -> tuple[list[dict[str, Any]], list[str]]:
-        reports, skipped = [], []
+        reports: list[dict[str, Any]] = []
+        skipped: list[str] = []
         if not self.results.is_dir():
             return reports, skipped
         for path in sorted(self.results.glob("*.json")):
             try:
-                kind = json.loads(path.read_text(encoding="utf-8")).get("test")
-                if kind not in (None, TEST_BLAST_RADIUS):
+                if report_kind(path) not in (None, TEST_BLAST_RADIUS):
                     continue
-                reports.append(clean_report(gate.load_report(path)))
-            except (OSError, ValueError, AttributeError, AgentsecError) as exc:
+                reports.append(clean_report(load_report(path)))
+            except AgentsecError as exc:
                 skipped.append(clean_text(f"{path.name}: {exc}"))
         return reports, skipped
 
     def _history(self) -> tuple[list[dict[str, Any]], dict[str, tuple[str, ...]]]:
-        plots, regressions = [], {}
+        plots: list[dict[str, Any]] = []
+        regressions: dict[str, tuple[str, ...]] = {}
         try:
             labels = self.history.labels()
         except HistoryError:
@@ -106,15 +105,17 @@ class ConsoleData:
 
     def run(self, launch: Launch, label: str) -> dict[str, Any]:
         """Measure, score, save and record one run: the CLI's pipeline, nothing more."""
-        launch = dataclasses.replace(launch)
-        probe = run_probe(launch.prefix, python=launch.python)
-        report = service.score(probe.output, label=label, target=launch.target, rc=probe.rc,
-                               redact=False)
-        saved = service.save(report, self.results)
-        regression = self.history.record(report)
+        plan = service.Plan(label, self.results, history=self.history.path)
+        measured = service.measure(launch, plan)
+        if measured.history_error is not None:
+            raise measured.history_error
+        saved, regression = measured.saved, measured.regression
+        report = saved.report
         return document(
             "run",
             report=report,
             files={"json": str(saved.json_path), "markdown": str(saved.markdown_path)},
-            regression={"regressed": regression.regressed, "reasons": list(regression.reasons)},
+            regression=None
+            if regression is None
+            else {"regressed": regression.regressed, "reasons": list(regression.reasons)},
         )

@@ -30,6 +30,11 @@ MAX_BODY = 16 * 1024
 SOCKET_TIMEOUT_S = 10
 
 
+def _first(values: list[str] | None) -> str | None:
+    """The first value of a query or form field, None when the field is absent."""
+    return values[0] if values else None
+
+
 @dataclass
 class ConsoleState:
     guard: Guard
@@ -134,7 +139,7 @@ class ConsoleHandler(BaseHTTPRequestHandler):
         query = parse_qs(url.query)
         guard = self.state.guard
         if url.path == "/":
-            token = (query.get("token") or [None])[0]
+            token = _first(query.get("token"))
             if token is not None:
                 if not guard.token_ok(token):
                     self._refuse(HTTPStatus.FORBIDDEN, "wrong token")
@@ -157,7 +162,7 @@ class ConsoleHandler(BaseHTTPRequestHandler):
         if url.path == "/api/runs":
             self._json(HTTPStatus.OK, self.state.data.runs_document())
         elif url.path == "/api/history":
-            label = (query.get("label") or [None])[0]
+            label = _first(query.get("label"))
             self._json(HTTPStatus.OK, self.state.data.history_document(label))
         else:
             self._refuse(HTTPStatus.NOT_FOUND, "not found")
@@ -202,7 +207,7 @@ class ConsoleHandler(BaseHTTPRequestHandler):
         fields = self._read_fields()
         if fields is None:
             return
-        form_token = (fields.pop("token", None) or [None])[0]
+        form_token = _first(fields.pop("token", None))
         from_form = form_token is not None
         # The page's form: its hidden token and the session cookie. A script: the header.
         authorised = (
