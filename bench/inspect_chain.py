@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage.domains import DomainMatcher, DomainRule, parse_pattern
-from agentcage.gateway.inspectors import InspectionContext, Inspector, RequestView
 from agentcage.inspect import build_chain, run_chain
+from agentcage.inspect.protocol import InspectionContext, Inspector, RequestView
 from agentcage.policy import Policy
 from agentcage.secrets import StagedSecret, mint, rule_from_config
 

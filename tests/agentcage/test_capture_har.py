@@ -20,8 +20,8 @@ from mitmproxy.test import taddons, tutils
 from agentcage.cli import main as cli_main
 from agentcage.gateway.addon import CageAddon
 from agentcage.gateway.capture import (
-    CaptureConfig,
     CaptureLog,
+    CaptureSettings,
     capture_files,
     read_capture,
     rotated_path,
@@ -31,6 +31,7 @@ from agentcage.har import convert, har_problems, to_har
 from agentcage.inspect import build_chain
 from agentcage.policy import compile_document, document_from_domains
 from agentcage.secrets import Injector, Redactor, StagedSecret, mint, rule_from_config
+from agentcage.typed import from_mapping
 from tests.agentcage.conftest import start_cage
 from tests.agentcage.test_addon import flow
 
@@ -51,7 +52,7 @@ class Harness:
     def __init__(self, tmp: Path, **capture):
         self.records = []
         self.path = tmp / "capture.jsonl"
-        config = CaptureConfig.from_settings({"enable_har": True, **capture})
+        config = from_mapping(CaptureSettings, {"enable_har": True, **capture}, "capture")
         self.log = CaptureLog(self.path, config, on_failure=lambda r: self.failures.append(r))
         self.failures: list[str] = []
         self.addon = CageAddon(
@@ -160,8 +161,12 @@ def test_body_cap_include_exclude_and_rotation(ctx, tmp_path):
     files = capture_files(h.path)
     assert files == [rotated_path(h.path, 1), h.path]
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
-    only = CaptureConfig.from_settings({"enable_har": True, "include_domains": ["example.test"]})
+    # the domain policy's own patterns and matcher: a name is that name, *.name is below it
+    only = CaptureSettings(enable_har=True, include_domains=("*.example.test",))
     assert only.wants("api.example.test") and not only.wants("example.com")
+    assert not only.wants("example.test")
+    exact = CaptureSettings(enable_har=True, include_domains=("example.test",))
+    assert exact.wants("example.test") and not exact.wants("api.example.test")
 
 
 def test_capture_failure_is_audited_and_never_blocks(ctx, tmp_path):
@@ -180,7 +185,7 @@ def test_snapshot_failure_never_lets_injected_values_into_inbound(ctx, tmp_path,
     def boom(*a, **k):
         raise RuntimeError("snapshot broke")
 
-    monkeypatch.setattr(h.addon, "_inbound_request", boom)
+    monkeypatch.setattr(h.addon.recorder, "_inbound_request", boom)
     f = h.exchange("api.example.test", headers=[("Authorization", f"Bearer {PH}")])
     assert f.response.status_code == 200
     (rec,) = h.lines()
@@ -381,7 +386,7 @@ def test_capture_off_writes_no_file(net):
 
 
 def test_http_response_snapshot_helpers_keep_binary_bodies():
-    from agentcage.gateway.capture import body_bytes, response_doc
+    from agentcage.gateway.snapshots import body_bytes, response_doc
 
     resp = http.Response.make(200, bytes(range(256)), {"Content-Type": "application/octet"})
     doc = response_doc(resp, 1024)

@@ -18,17 +18,18 @@ from pathlib import Path
 
 from agentcage.addresses import UpstreamAddressRule
 from agentcage.gateway import resolver as dns
-from agentcage.gateway.addon import Armour, CageAddon
+from agentcage.gateway.addon import CageAddon
+from agentcage.gateway.armour import Armour
 from agentcage.gateway.audit import AuditLog, AuditRecord
 from agentcage.gateway.ca import install_ca, make_ca
-from agentcage.gateway.capture import CaptureConfig, CaptureLog
+from agentcage.gateway.capture import CaptureLog
 from agentcage.gateway.firewall import TABLE
-from agentcage.gateway.inspectors import Decision
 from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
+from agentcage.inspect.protocol import Decision
 
 FAULT_ENV = "AGENTCAGE_GATEWAY_FAULT_HOST"  # test hook: requests to this host raise in the addon
 
@@ -81,7 +82,7 @@ def _summarise(audit: AuditLog, last: dict[str, int]) -> dict[str, int]:
     counts = read_counters()
     delta = {k: v - last.get(k, 0) for k, v in counts.items() if v - last.get(k, 0) > 0}
     if delta:
-        audit.write(
+        audit.write_or_say(
             AuditRecord("packets", "blocked", "packets dropped by the firewall", by="firewall",
                         extra={"dropped": delta, "dropped_total": counts})
         )
@@ -147,26 +148,25 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
             (_Disarmed("headers", reason), _Disarmed("body", reason)),  # type: ignore[arg-type]
             Injector((), ()), addon.armour.redactor,
         ))
-        audit.write(AuditRecord("config", "blocked", reason, by="secrets"))
+        audit.write_or_say(AuditRecord("config", "blocked", reason, by="secrets"))
         _ack(settings, None, reason)
         return
     addon.rearm(armour)
-    audit.write(AuditRecord("config", "allowed", "staged secrets reloaded", by="secrets",
+    audit.write_or_say(AuditRecord("config", "allowed", "staged secrets reloaded", by="secrets",
                             extra={"secrets": list(armour.names)}))
     _ack(settings, armour, None)
 
 
 async def serve(settings: GatewaySettings, timings: dict[str, float] | None = None) -> int:
     audit_log = AuditLog(Path(settings.audit_path))
-    holder = PolicyHolder(Path(settings.policy_path), audit_log.write)
+    holder = PolicyHolder(Path(settings.policy_path), audit_log.write_or_say)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
-    capture_config = CaptureConfig.from_settings(settings.capture)
     capture = None
-    if capture_config.enable and settings.capture_path:
+    if settings.capture.enable_har and settings.capture_path:
         capture = CaptureLog(
-            Path(settings.capture_path), capture_config,
-            on_failure=lambda reason: audit_log.write(
+            Path(settings.capture_path), settings.capture,
+            on_failure=lambda reason: audit_log.write_or_say(
                 AuditRecord("capture", "flagged", reason, by="capture")),
         )
     addon = CageAddon(
@@ -180,6 +180,8 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         limiter=HostRateLimiter(settings.rate_per_second, settings.rate_burst),
         fault_host=os.environ.get(FAULT_ENV) or None,
         capture=capture,
+        first_byte_timeout=settings.first_byte_timeout_seconds,
+        idle_timeout=settings.idle_timeout_seconds,
     )
     _ack(settings, armour, None)
     loop = asyncio.get_running_loop()

@@ -3,7 +3,8 @@
 Allowed names get an A record pointing at the gateway itself (the proxy resolves the real
 upstream later, by itself, only for allowed names); every other name gets the sinkhole address
 198.51.100.1 (or NXDOMAIN), at once. AAAA (IPv6 is off) and other types get an empty answer.
-Every query is audited with its decision.
+Every query is audited with its decision before it is answered; one that cannot be audited
+gets SERVFAIL.
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ class CageResolver:
             allowed, reason = verdict.allowed, verdict.reason
         except Exception as e:  # fail closed
             allowed, reason = False, f"resolver error: {type(e).__name__}"
+        try:  # audited before it is answered: a query that cannot be audited is refused
+            self.audit(AuditRecord("dns", "allowed" if allowed else "blocked", reason,
+                                   host=name, method=qtype, by="resolver"))
+        except Exception:
+            refused = query.reply()
+            refused.header.rcode = RCODE.SERVFAIL
+            return refused.pack()
         if allowed:
             if question.qtype == QTYPE.A:
                 reply.add_answer(RR(question.qname, QTYPE.A, rdata=A(self.gateway_address),
@@ -61,16 +69,6 @@ class CageResolver:
         elif question.qtype == QTYPE.A:
             reply.add_answer(RR(question.qname, QTYPE.A, rdata=A(SINKHOLE_ADDRESS),
                                 ttl=ANSWER_TTL))
-        self.audit(
-            AuditRecord(
-                "dns",
-                "allowed" if allowed else "blocked",
-                reason,
-                host=name,
-                method=qtype,
-                by="resolver",
-            )
-        )
         return reply.pack()
 
 

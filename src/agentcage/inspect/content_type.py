@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Phase, RequestView
+from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
 from agentcage.inspect.runs import IndexCache
 
 TEXT_TYPES = (

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote_to_bytes
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Phase, RequestView
+from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
 from agentcage.inspect.runs import ByteClass, ByteIndex, IndexCache
 
 # Magic numbers of formats that are compressed (hence high-entropy) by design.

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Phase, RequestView
 from agentcage.inspect.decode import DecodeLimits, views
 from agentcage.inspect.patterns import PatternSet, load_patterns
+from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
 from agentcage.inspect.runs import ByteIndex, IndexCache
 from agentcage.secrets import placeholders
 from agentcage.secrets.encodings import MIN_ENCODED_LEN
