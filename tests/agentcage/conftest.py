@@ -95,10 +95,12 @@ class CageHandle:
 
 
 def start_cage(net, name: str, allow: list[str], *, attach: bool = True,
-               gateway_env: dict[str, str] | None = None, **kw) -> Iterator[CageHandle]:
+               gateway_env: dict[str, str] | None = None, home: Path | None = None,
+               **kw) -> Iterator[CageHandle]:
+    """`home`: the state directory (AGENTCAGE_HOME) to use, e.g. on a small tmpfs."""
     tmp = Path(tempfile.mkdtemp(prefix="agentcage-test-"))  # /tmp: reachable by the agent uid
     os.chmod(tmp, 0o755)
-    store = StateStore(tmp / "home")
+    store = StateStore(home or tmp / "home")
     attacher = (lambda ns: net.attach(ns, ipv6=False).interface) if attach else None
     backend = NamespaceBackend(store, attach_uplink=attacher, gateway_env=gateway_env)
     service = CageService(store, backend)

@@ -22,6 +22,7 @@ from agentcage.backends import host, netplan, workload
 from agentcage.backends.profile import CageMeta
 from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
+from agentcage.gateway import obituary
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.secrets import cage as cage_secrets
@@ -304,4 +305,5 @@ class NamespaceBackend:
             pid = runtime.get("gateway_pid")
             if not pid or not host.alive(int(pid)):
                 runtime = {**runtime, "status": "broken"}
+                obituary.notice(cage.audit, int(pid) if pid else None)  # unless recorded
         return runtime

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from agentcage.addresses import UpstreamAddressRule
+from agentcage.gateway import obituary
 from agentcage.gateway import resolver as dns
 from agentcage.gateway.addon import CageAddon
 from agentcage.gateway.armour import Armour
@@ -66,6 +67,13 @@ class _Ready:
             ctx.master.shutdown()
             return
         self.on_ready()
+
+
+async def _heartbeat(state_dir: Path, interval: float) -> None:
+    """A sign of life for whoever notices the gateway gone (see `obituary`)."""
+    while True:
+        obituary.heartbeat(state_dir)
+        await asyncio.sleep(interval)
 
 
 async def _count_drops(audit: AuditLog, interval: float) -> None:
@@ -230,6 +238,8 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
     tasks = [
         asyncio.create_task(holder.watch()),
         asyncio.create_task(_count_drops(audit_log, settings.counter_interval_seconds)),
+        asyncio.create_task(_heartbeat(Path(settings.audit_path).parent,
+                                       settings.counter_interval_seconds)),
     ]
     try:
         await master.run()
@@ -255,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", type=float, default=0.0,
                         help="seconds to wait for the settings file to appear")
     args = parser.parse_args(argv)
+    obituary.supervise(args.settings)  # returns in the gateway; its supervisor records its end
     t0 = time.monotonic()
     # The slow part, done while the backend builds the network: import mitmproxy, make a CA.
     preload()
