@@ -1,5 +1,6 @@
 """HTTP and HTTPS servers: answer 200 with a JSON echo of the request (or a large body at
-`/download/<size>`, see downloads.py), and record every request."""
+`/download/<size>`, see downloads.py; a compression bomb at `/bomb/<size>`, bombs.py; a server
+that accepts and never answers at `/hang`, hangs.py), and record every request."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import itertools
 import json
 import ssl
 
-from fakenet import downloads, websocket
+from fakenet import bombs, downloads, hangs, websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
 from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
 
@@ -57,6 +58,14 @@ async def handle_http(ctx: ServerContext, tls: bool,
                     return
                 if downloads.wants(request.target) and request.method == "GET":
                     if not await downloads.serve(writer, request.target, request.keep_alive):
+                        return
+                    continued = False
+                    continue
+                if hangs.wants(request.target):
+                    await hangs.serve(request.target)
+                    return  # closed without a byte of an answer
+                if bombs.wants(request.target) and request.method == "GET":
+                    if not await bombs.serve(writer, request.target, request.keep_alive):
                         return
                     continued = False
                     continue

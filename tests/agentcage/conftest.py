@@ -86,6 +86,24 @@ class CageHandle:
 
         return NetPlan.from_dict(self.runtime["plan"]).gateway_address
 
+    @property
+    def gateway_process(self) -> int:
+        """The pid of the gateway itself: runtime's gateway_pid is its supervisor's (a gateway
+        started without one, as before supervisors existed, is that pid itself)."""
+        supervisor = int(self.runtime["gateway_pid"])
+        for task in Path(f"/proc/{supervisor}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                if host.pid_matches(int(child), "agentcage.gateway"):
+                    return int(child)
+        return supervisor
+
+    def peak_rss_kib(self) -> int:
+        """The gateway's peak resident memory so far (VmHWM)."""
+        for line in Path(f"/proc/{self.gateway_process}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmHWM")
+
     def sh(self, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run `sh -c script` in the cage with captured output."""
         return self.service.exec_capture(self.name, ["/bin/sh", "-c", script], timeout=timeout)

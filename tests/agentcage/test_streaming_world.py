@@ -163,11 +163,7 @@ def gateway_peak_kib(cage) -> int:
     download (so first-use costs, TLS setup and lazy imports, are not counted)."""
     code, status = download(cage, "warm.bin", "chunked=1", size=MiB)
     assert (code, status) == (0, "200")
-    pid = int(cage.runtime["gateway_pid"])
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmHWM")
+    return cage.peak_rss_kib()
 
 
 def test_large_download_stays_out_of_gateway_memory(scage):

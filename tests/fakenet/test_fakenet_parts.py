@@ -196,3 +196,20 @@ def test_probe_accepts_the_targets_file(tmp_path: Path) -> None:
     targets, overridden, error = probe.load_targets({"AGENTSEC_PROBE_TARGETS": str(path)})
     assert (overridden, error) == (True, None)
     assert list(targets["egress"]) == probe_targets(build_zone())["egress"]
+
+
+# --- compression bombs -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("encodings", [("gzip",), ("deflate",), ("br",), ("zstd",),
+                                       ("gzip", "gzip")])
+def test_bomb_payload_decodes_to_its_size_in_zeros(encodings):
+    from mitmproxy.net import encoding
+
+    from fakenet.bombs import payload
+
+    size = 3 * 1024 * 1024 + 5
+    data = payload(size, encodings)
+    for coding in reversed(encodings):
+        data = encoding.decode(data, coding)
+    assert data == bytes(size)
+    assert len(payload(64 * 1024 * 1024, encodings)) < 64 * 1024 * 1024 // 200  # a bomb
