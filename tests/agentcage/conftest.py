@@ -55,8 +55,10 @@ def make_project(root: Path, *, hooks: bool = True, claude: bool = True) -> Path
 
 
 def cage_yaml(net, name: str, allow: list[str], *, trusted: str = "10.200.0.0/16",
-              extra: str = "") -> str:
+              extra: str = "", gateway: dict[str, object] | None = None) -> str:
+    """`gateway`: more keys of the gateway section (timeouts, say)."""
     allow_list = ", ".join(allow)
+    more = "".join(f"  {key}: {value}\n" for key, value in (gateway or {}).items())
     return f"""
 name: {name}
 domains: {{mode: allowlist, allow: [{allow_list}]}}
@@ -65,7 +67,7 @@ gateway:
   uplink: "netns:{net.netns}"
   trusted_networks: [{trusted}]
   upstream_ca_files: ["{net.ca_cert_path}"]
-{extra}
+{more}{extra}
 """
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from mitmproxy import connection, http
+from mitmproxy.connection import ConnectionState
 from mitmproxy.flow import Error as flow_error
 from mitmproxy.proxy import server_hooks
 from mitmproxy.proxy.mode_specs import ProxyMode
@@ -193,13 +194,15 @@ def test_upstream_error_is_blocked_never_served(h):
     assert h.records[1].extra["outcome"] == "upstream-failed"
 
 
-@pytest.mark.parametrize(("message", "responded", "decision", "outcome"), [
-    ("stream reset by client (CANCEL)", True, "allowed", "client-closed"),
-    ("Client disconnected.", True, "allowed", "client-closed"),
-    ("stream reset by client (CANCEL)", False, "allowed", "client-closed"),
-    ("Server disconnected.", True, "blocked", "upstream-failed"),
+@pytest.mark.parametrize(("message", "responded", "client_gone", "decision", "outcome"), [
+    ("stream reset by client (CANCEL)", True, False, "allowed", "client-closed"),
+    ("Client disconnected.", True, True, "allowed", "client-closed"),
+    ("stream reset by client (CANCEL)", False, False, "allowed", "client-closed"),
+    ("peer closed connection", True, True, "allowed", "client-closed"),  # the client's h2
+    ("peer closed connection", True, False, "blocked", "upstream-failed"),  # the upstream's
+    ("Server disconnected.", True, False, "blocked", "upstream-failed"),
 ])
-def test_the_audit_says_what_happened(h, message, responded, decision, outcome):
+def test_the_audit_says_what_happened(h, message, responded, client_gone, decision, outcome):
     """A client that closes a stream it was served (HTTP/2 clients cancel after the final
     event) was served: not blocked. An upstream that vanished is not a client's doing."""
     f = flow(sni="api.example.test", header="api.example.test")
@@ -208,6 +211,8 @@ def test_the_audit_says_what_happened(h, message, responded, decision, outcome):
     if responded:
         f.response = tutils.tresp()
         h.addon.responseheaders(f)
+    if client_gone:
+        f.client_conn.state = ConnectionState.CLOSED
     f.error = flow_error(message)
     h.addon.error(f)
     (rec,) = [r for r in h.records if r.direction == "response"]

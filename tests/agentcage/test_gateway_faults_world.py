@@ -202,3 +202,74 @@ def test_gateway_killed_with_its_supervisor_is_recorded_by_the_cli(net):
         assert death["last_seen"] is not None and death["last_seen"] <= death["ts"]
     finally:
         gen.close()
+
+
+# ---- upstreams that hang -----------------------------------------------------------------------
+
+TIMEOUTS = {"first_byte_timeout_seconds": 2, "idle_timeout_seconds": 2}
+TRANSPARENT = "curl -sS -m 60 --noproxy '*'"
+
+
+@pytest.fixture(scope="module")
+def slow(net):
+    yield from start_cage(net, "timeouts", ALLOW, gateway=TIMEOUTS)
+
+
+def timed(cage, url: str) -> tuple[int, str, float]:
+    """(curl exit code, HTTP status, seconds) of one request from the cage."""
+    r = cage.sh(f'{TRANSPARENT} -o /dev/null -w "%{{http_code}} %{{time_total}}" "{url}"',
+                timeout=90)
+    code, seconds = r.stdout.split()
+    return r.returncode, code, float(seconds)
+
+
+def outcome(cage, fragment: str) -> dict:
+    (rec,) = [r for r in cage.audit() if r.get("direction") == "response"
+              and fragment in (r.get("path") or "")]
+    return rec
+
+
+def test_upstream_that_never_answers_is_cut_at_the_first_byte_timeout(slow):
+    """The upstream accepts the request and says nothing for 40 s: the cage gets a 502 long
+    before that (a ratio of the server's own silence, not an absolute bound), audited as a
+    timeout."""
+    c = canary()
+    code, status, seconds = timed(slow, f"https://api.example.test/hang?seconds=40&c={c}")
+    assert status == "502" and seconds < 40 / 4, (code, status, seconds)
+    rec = outcome(slow, c)
+    assert (rec["decision"], rec["by"], rec["outcome"]) == ("blocked", "timeout", "timeout")
+    assert "first byte timeout" in rec["reason"]
+
+
+def test_upstream_that_falls_silent_is_cut_at_the_idle_timeout(slow):
+    """The upstream sends a first piece, then nothing for 20 s: the transfer is cut (curl sees
+    a broken body) well before the silence ends, audited as an idle timeout; a pause shorter
+    than the timeout (the control) is served whole."""
+    code, _status, seconds = timed(slow, "https://api.example.test/download/50000?"
+                                         "chunked=1&pause=20000&idle=1")
+    assert code != 0 and seconds < 20 / 2, (code, seconds)
+    rec = outcome(slow, "idle=1")
+    assert (rec["by"], rec["outcome"]) == ("timeout", "timeout")
+    assert "idle timeout" in rec["reason"]
+    code, status, _ = timed(slow, "https://api.example.test/download/50000?"
+                                  "chunked=1&pause=500&control=1")
+    assert (code, status) == (0, "200")
+    assert outcome(slow, "control=1")["outcome"] == "served"
+
+
+@pytest.mark.parametrize("flag", ["--http2", "--http1.1"])
+def test_a_client_that_closes_after_its_answer_was_served_not_blocked(slow, flag):
+    """Like Codex on its model calls: the client has what it wanted (the first event) and
+    closes the stream while the server would still send. The audit says it was served and
+    then closed by the client, not "blocked"."""
+    c = canary()
+    r = slow.sh(f"{TRANSPARENT} {flag} 'https://api.example.test/download/200000?"
+                f"chunked=1&pause=1500&c={c}' | head -c 100 | wc -c")
+    assert r.stdout.strip() == "100", r  # it was served
+    rec = wait_for(lambda: [x for x in slow.audit() if x.get("direction") == "response"
+                            and c in (x.get("path") or "")], 10)
+    assert rec, "no response record"
+    # mitmproxy may notice the close before the server's last piece (client-closed) or only
+    # after it (served): either way the cage was served, and nothing was blocked
+    assert rec[0]["decision"] == "allowed", rec[0]["reason"]
+    assert rec[0]["outcome"] in ("client-closed", "served"), rec[0]["reason"]

@@ -194,6 +194,8 @@ class NamespaceBackend:
             rate_per_second=config.rate_limit.requests_per_second,
             rate_burst=config.rate_limit.burst,
             connect_timeout_seconds=config.gateway.connect_timeout_seconds,
+            first_byte_timeout_seconds=config.gateway.first_byte_timeout_seconds,
+            idle_timeout_seconds=config.gateway.idle_timeout_seconds,
             max_request_body=config.max_request_body,
             secrets_path=str(secrets_path),
             reload_ack_path=str(cage_secrets.reload_ack_path(cage)),

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mitmproxy import http
+from mitmproxy.connection import ConnectionState
 
 from agentcage.gateway import connections
 from agentcage.gateway.armour import Armour
@@ -54,6 +55,7 @@ from agentcage.gateway.outcome import never_sent, of_error, served, stopped
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.recorder import FlowRecorder
 from agentcage.gateway.redaction import ResponseRedaction
+from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.timeouts import UpstreamWatchdog
 from agentcage.gateway.websocket import WebSocketGuard
 from agentcage.inspect.chain import first_block, run_chain
@@ -64,9 +66,6 @@ from agentcage.secrets.redact import Redactor
 
 __all__ = ["Armour", "CageAddon", "split_host_header"]
 
-DEFAULT_MAX_BODY = 10 * 1024 * 1024
-DEFAULT_FIRST_BYTE_TIMEOUT = 300.0
-DEFAULT_IDLE_TIMEOUT = 120.0
 _RESPONDING_STAGES = ("requestheaders", "request", "http_connect", "response")
 
 
@@ -102,10 +101,10 @@ class CageAddon:
         fault_host: str | None = None,
         injector: Injector | None = None,
         redactor: Redactor | None = None,
-        max_body: int = DEFAULT_MAX_BODY,
+        max_body: int = GatewaySettings.max_request_body,
         capture: CaptureLog | None = None,
-        first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT,
-        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        first_byte_timeout: float = GatewaySettings.first_byte_timeout_seconds,
+        idle_timeout: float = GatewaySettings.idle_timeout_seconds,
     ):
         self.policy = policy
         self.records = FlowAudit(audit)
@@ -304,7 +303,9 @@ class CageAddon:
         self.watchdog.done(flow)
         message = flow.error.msg if flow.error else "unknown error"
         if st.forwarded:
-            self.records.outcome(flow, of_error(message, st))
+            # "peer closed connection" does not say which peer: the connections' states do
+            client_gone = not flow.client_conn.state & ConnectionState.CAN_READ
+            self.records.outcome(flow, of_error(message, st, client_gone))
         else:  # it never went upstream: the request's own record says why
             outcome = never_sent(message)
             self.records.request(flow, Verdict("blocked", outcome.reason, outcome.by),

@@ -40,14 +40,15 @@ def stopped(reason: str, by: str) -> Outcome:
     return Outcome(TIMEOUT if by == "timeout" else CUT, "blocked", reason, by)
 
 
-def of_error(message: str, st: FlowState) -> Outcome:
-    """The outcome of a flow that ended in mitmproxy's `error` hook with `message`."""
+def of_error(message: str, st: FlowState, client_gone: bool = False) -> Outcome:
+    """The outcome of a forwarded flow that ended in mitmproxy's `error` hook with `message`;
+    `client_gone`: the cage's side of the connection had closed."""
     text = message.lower()
     if st.stopped is not None:
         return stopped(st.stopped, st.stopped_by)
     if "body_size_limit" in text:
         return Outcome(REFUSED, "blocked", f"body over the size limit: {message}", "body-size")
-    if any(marker in text for marker in _CLIENT_GONE):
+    if client_gone or any(marker in text for marker in _CLIENT_GONE):
         if st.responded:
             return Outcome(CLIENT_CLOSED, "flagged" if st.flagged else "allowed",
                            f"served; then the client closed: {message}", "client")

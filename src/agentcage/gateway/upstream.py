@@ -119,5 +119,9 @@ class GatewayEventLoop(asyncio.SelectorEventLoop):
         if kwargs.get("sock") is not None or host is None or port is None:
             raise UpstreamRefused("agentcage: only host:port connections are allowed")
         address = await self.connector.target(str(host), int(port))
-        async with asyncio.timeout(self.connector.timeout):
-            return await super().create_connection(protocol_factory, address, port, **kwargs)
+        try:
+            async with asyncio.timeout(self.connector.timeout):
+                return await super().create_connection(protocol_factory, address, port, **kwargs)
+        except TimeoutError:  # said in words: mitmproxy reports str(error), empty otherwise
+            raise TimeoutError(f"agentcage: connect to {host}:{port} ({address}) timed out "
+                               f"after {self.connector.timeout} s") from None
