@@ -204,7 +204,9 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         settings.gateway_address, lambda: holder.current, audit_log.write,
         settings.blocked_dns_answer,
     )
-    udp, tcp = await dns.serve(cage_resolver, settings.gateway_address, settings.dns_port)
+    resolver_thread = dns.ResolverThread(cage_resolver, settings.gateway_address,
+                                         settings.dns_port)
+    resolver_thread.start()  # its own thread: the proxy's load never delays an answer
     started = time.monotonic()
 
     def ready() -> None:
@@ -249,8 +251,7 @@ async def serve(settings: GatewaySettings, timings: dict[str, float] | None = No
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        udp.close()
-        tcp.close()
+        resolver_thread.stop()
         with contextlib.suppress(FileNotFoundError):
             Path(settings.ready_path).unlink()
         if capture is not None:
