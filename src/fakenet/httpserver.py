@@ -12,7 +12,7 @@ import ssl
 
 from fakenet import bombs, downloads, hangs, websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
-from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
+from fakenet.httpparse import DISCARDED_HEADER, HttpParseError, HttpRequest, RequestParser
 
 SERVER_NAME = "fakenet"
 
@@ -146,7 +146,7 @@ def _echo(request: HttpRequest, tls: bool) -> bytes:
         "host": request.header("host") or "",
         "path": request.target,
         "tls": tls,
-        "body_length": len(request.body),
+        "body_length": int(request.header(DISCARDED_HEADER) or len(request.body)),
     }
     return _response(200, body, keep_alive=request.keep_alive, head=request.method == "HEAD")
 

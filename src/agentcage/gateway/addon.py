@@ -53,6 +53,7 @@ from agentcage.gateway.injection import inject_request
 from agentcage.gateway.messages import blocked_response, content_codings
 from agentcage.gateway.outcome import never_sent, of_error, served, stopped
 from agentcage.gateway.ratelimit import HostRateLimiter
+from agentcage.gateway.reclaim import Reclaimer
 from agentcage.gateway.recorder import FlowRecorder
 from agentcage.gateway.redaction import ResponseRedaction
 from agentcage.gateway.settings import GatewaySettings
@@ -122,6 +123,7 @@ class CageAddon:
                                          self._finish_capture)
         self.watchdog = UpstreamWatchdog(first_byte_timeout, idle_timeout, self._timed_out)
         self._watching: asyncio.Task | None = None
+        self.reclaimer = Reclaimer()
 
     @property
     def chain(self) -> tuple[Inspector, ...]:
@@ -296,6 +298,7 @@ class CageAddon:
             self.records.outcome(flow, served(st), withhold=stream is None)
         if flow.websocket is None:  # an upgraded flow is captured when the connection ends
             self._finish_capture(flow)
+        self.reclaimer.flow_ended(flow, stream.received if stream is not None else 0)
 
     @_guarded("error")
     def error(self, flow: http.HTTPFlow) -> None:
@@ -311,6 +314,7 @@ class CageAddon:
             self.records.request(flow, Verdict("blocked", outcome.reason, outcome.by),
                                  must=False)
         self._finish_capture(flow, error=message)
+        self.reclaimer.flow_ended(flow)
 
     # ---- WebSocket -----------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from typing import Literal
 from urllib.parse import unquote_to_bytes
 
 from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
-from agentcage.inspect.runs import ByteClass, ByteIndex, IndexCache
+from agentcage.inspect.runs import ByteClass, ByteIndex
 
 # Magic numbers of formats that are compressed (hence high-entropy) by design.
 MEDIA_MAGIC = (
@@ -197,9 +197,8 @@ class EntropyInspector:
     name = "entropy"
     phase: Phase = "body"
 
-    def __init__(self, settings: EntropySettings | None = None, cache: IndexCache | None = None):
+    def __init__(self, settings: EntropySettings | None = None):
         self.settings = settings or EntropySettings()
-        self.cache = cache or IndexCache()
 
     def _decoded_verdict(self, where: str, index: ByteIndex, min_bytes: int) -> Decision | None:
         s = self.settings
@@ -294,7 +293,7 @@ class EntropyInspector:
                 return verdict
             flagged = flagged or verdict
         shortest = min(2 * s.decoded_min_bytes, -(-4 * s.decoded_min_bytes // 3))  # hex, base64
-        index = self.cache.index(body)
+        index = request.body_index
         if len(body) >= shortest and index.might_hold(shortest):
             verdict = self._decoded_verdict("body", index, s.decoded_min_bytes)
             if verdict is not None and verdict.action == "block":

@@ -18,9 +18,11 @@ Nothing here knows the proxy.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from agentcage.inspect.runs import ByteIndex
 from agentcage.policy import Policy
 
 Action = Literal["allow", "flag", "block"]
@@ -54,6 +56,12 @@ class RequestView:
     path: str
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes | None = None
+
+    @functools.cached_property
+    def body_index(self) -> ByteIndex:
+        """The body's runs of token characters, found once for every inspector of this
+        request, and gone with it (a cache that outlived the request would hold its body)."""
+        return ByteIndex(self.body or b"")
 
 
 @dataclass(frozen=True)

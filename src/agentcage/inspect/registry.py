@@ -20,7 +20,6 @@ from agentcage.inspect.domain import DomainInspector
 from agentcage.inspect.entropy import EntropyInspector, EntropySettings
 from agentcage.inspect.patterns import PatternSet, load_patterns
 from agentcage.inspect.protocol import Inspector
-from agentcage.inspect.runs import IndexCache
 from agentcage.inspect.secrets import SecretsInspector
 from agentcage.secrets.rules import InjectionRule
 from agentcage.secrets.staging import StagedSecret
@@ -37,7 +36,6 @@ class ChainParts:
     content_type: ContentTypeSettings = field(default_factory=ContentTypeSettings)
     body_size: BodySizeSettings = field(default_factory=BodySizeSettings)
     patterns: PatternSet | None = None  # None: the shipped patterns
-    cache: IndexCache = field(default_factory=IndexCache)  # one body index per request
 
 
 def _domain(p: ChainParts | None = None) -> Inspector:
@@ -47,7 +45,7 @@ def _domain(p: ChainParts | None = None) -> Inspector:
 def _secrets(p: ChainParts | None = None) -> Inspector:
     p = p or ChainParts()
     patterns = p.patterns if p.patterns is not None else load_patterns()
-    return SecretsInspector(patterns, p.staged, p.rules, cache=p.cache)
+    return SecretsInspector(patterns, p.staged, p.rules)
 
 
 def _body_size(p: ChainParts | None = None) -> Inspector:
@@ -56,12 +54,12 @@ def _body_size(p: ChainParts | None = None) -> Inspector:
 
 def _entropy(p: ChainParts | None = None) -> Inspector:
     p = p or ChainParts()
-    return EntropyInspector(p.entropy, p.cache)
+    return EntropyInspector(p.entropy)
 
 
 def _content_type(p: ChainParts | None = None) -> Inspector:
     p = p or ChainParts()
-    return ContentTypeInspector(p.content_type, p.cache)
+    return ContentTypeInspector(p.content_type)
 
 
 REGISTRY: Mapping[str, Callable[..., Inspector]] = MappingProxyType(

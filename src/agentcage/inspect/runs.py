@@ -24,6 +24,7 @@ _WIDE = _DIGITS + _LOWER + _UPPER + b"+/-_%\\"
 WIDE_MIN = 20
 WIDE_BYTES = frozenset(_WIDE)  # the bytes of token runs (`ByteIndex.wide`)
 WIDE_LIMIT = 4096  # or one run per 512 bytes of data, whichever is more
+MARK_SLICE = 1024 * 1024  # larger data is mapped to 0/1 a slice at a time
 
 
 def _table(chars: bytes) -> bytes:
@@ -85,21 +86,54 @@ def runs_in_marks(
     return found
 
 
-def _wide_runs(marked: bytes, limit: int) -> list[tuple[int, int]] | None:
-    """(start, end) of each run of 0x01 at least WIDE_MIN long in `marked`; None past `limit`
-    runs. Two C searches per run: the Python loop runs once per run, not per byte."""
+def _wide_runs(marked: bytes, limit: int, start: int = 0,
+               end: int | None = None) -> list[tuple[int, int]] | None:
+    """(start, end) of each run of 0x01 at least WIDE_MIN long in `marked[start:end]` (which
+    must end in 0x00 or at the end of `marked`); None past `limit` runs. Two C searches per
+    run: the Python loop runs once per run, not per byte."""
+    end = len(marked) if end is None else end
     found: list[tuple[int, int]] = []
     append, find = found.append, marked.find
     needle = b"\x01" * WIDE_MIN
-    pos = 0
-    while (start := find(needle, pos)) >= 0:
-        pos = find(b"\x00", start + WIDE_MIN)
+    pos = start
+    while (at := find(needle, pos, end)) >= 0:
+        pos = find(b"\x00", at + WIDE_MIN, end)
         if pos < 0:
-            pos = len(marked)
-        append((start, pos))
+            pos = end
+        append((at, pos))
         if len(found) > limit:
             return None
     return found
+
+
+def _wide_runs_sliced(data: bytes, limit: int) -> list[tuple[int, int]] | None:
+    """`_wide_runs` of the whole of `data`, mapped to 0/1 a slice of MARK_SLICE bytes at a
+    time: a 100 MiB upload costs one slice of memory here, not another 100 MiB. A run that
+    reaches the end of a slice stays open into the next one."""
+    found: list[tuple[int, int]] = []
+    open_start: int | None = None  # where a run reaching the end of the last slice began
+    view = memoryview(data)
+    for base in range(0, len(data), MARK_SLICE):
+        marked = bytes(view[base:base + MARK_SLICE]).translate(_WIDE_TABLE)
+        pos = 0
+        if open_start is not None:
+            first_zero = marked.find(b"\x00")
+            if first_zero < 0:
+                continue  # the open run goes on through all of this slice
+            if base + first_zero - open_start >= WIDE_MIN:
+                found.append((open_start, base + first_zero))
+            open_start, pos = None, first_zero
+        last_zero = marked.rfind(b"\x00")
+        inner_end = last_zero + 1 if last_zero >= pos else pos
+        if inner_end < len(marked):
+            open_start = base + inner_end  # the run at the end of the slice: decided later
+        for a, b in _wide_runs(marked, limit, pos, inner_end) or ():
+            found.append((base + a, base + b))
+        if len(found) > limit:
+            return None
+    if open_start is not None and len(data) - open_start >= WIDE_MIN:
+        found.append((open_start, len(data)))
+    return None if len(found) > limit else found
 
 
 class ByteIndex:
@@ -126,9 +160,13 @@ class ByteIndex:
 
     def _build(self) -> None:
         data = self.data
-        marked = self._marked if self._marked is not None else data.translate(_WIDE_TABLE)
-        self._marked = None  # as large as the data: not kept once the runs are known
-        wide = _wide_runs(marked, max(WIDE_LIMIT, len(data) // 512))
+        limit = max(WIDE_LIMIT, len(data) // 512)
+        if self._marked is not None or len(data) <= MARK_SLICE:
+            marked = self._marked if self._marked is not None else data.translate(_WIDE_TABLE)
+            self._marked = None  # as large as the data: not kept once the runs are known
+            wide = _wide_runs(marked, limit)
+        else:
+            wide = _wide_runs_sliced(data, limit)
         if wide is None:
             wide, self._fragmented = [(0, len(data))], True
         self._wide = wide
@@ -158,6 +196,8 @@ class ByteIndex:
         """False when no run of any class here is `min_len` long: then searching for one
         needs no index. Before the index is built this costs one translate and one find,
         far less than building it (small requests mostly hold no long run at all)."""
+        if len(self.data) > MARK_SLICE and min_len >= WIDE_MIN and not self._built:
+            self._build()  # large data: the sliced build, not a whole 0/1 copy of it
         if self._built and min_len >= WIDE_MIN:
             return self._longest >= min_len
         marked = self._marked if self._marked is not None else self.data.translate(_WIDE_TABLE)
@@ -227,22 +267,3 @@ class ByteIndex:
         i = bisect.bisect_right(self._starts, a) - 1
         base = self._wide[i][0] - self._starts[i]
         return a + base, b + base
-
-
-class IndexCache:
-    """Hands every inspector of one request the same ByteIndex for the same body object.
-
-    Holds only the latest (data, index) pair, swapped in one assignment, so concurrent requests
-    at worst recompute; identity (`is`), not equality, decides a hit.
-    """
-
-    def __init__(self) -> None:
-        self._last: tuple[bytes, ByteIndex] | None = None
-
-    def index(self, data: bytes) -> ByteIndex:
-        last = self._last
-        if last is not None and last[0] is data:
-            return last[1]
-        made = ByteIndex(data)
-        self._last = (data, made)
-        return made
