@@ -47,10 +47,11 @@ def forms(value: bytes) -> list[bytes]:
             value.hex().encode(), "".join(f"%{b:02x}" for b in value).encode()]
 
 
-def secrets_cage(net, name: str):
+def secrets_cage(net, name: str, more: str = ""):
     """A running cage with the canary secret ENV=VALUE (rule: EXTRA) and the leaked files
-    planted in its workspace (/workspace/leaked.key, /workspace/leaked.bin)."""
-    gen = start_cage(net, name, ALLOW, extra=EXTRA)
+    planted in its workspace (/workspace/leaked.key, /workspace/leaked.bin). `more`: further
+    cage.yaml."""
+    gen = start_cage(net, name, ALLOW, extra=EXTRA + more)
     handle = next(gen)
     try:
         # set on the running cage: stored on the host, staged, and the gateway reloads
