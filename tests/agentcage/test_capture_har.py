@@ -106,6 +106,30 @@ def test_inbound_has_placeholder_outbound_has_value(ctx, tmp_path):
     assert har_problems(out) == [] and VALUE in json.dumps(out)
 
 
+def test_no_credential_ever_sits_in_flow_metadata(ctx, tmp_path):
+    """The real value is injected and echoed back, buffered and streamed, with capture on:
+    flow.metadata (which other addons read, and flow dumps save) holds names and verdicts,
+    never the value; the outbound snapshots live in the recorder, gone with the flow."""
+    h = Harness(tmp_path, max_body_size=4096)
+    answer = json.dumps({"echo": VALUE}).encode()
+    buffered = h.exchange("api.example.test", headers=[("Authorization", f"Bearer {PH}")],
+                          answer=answer)
+    streamed = flow(sni="api.example.test", header="api.example.test", method="GET")
+    streamed.request.headers["Authorization"] = f"Bearer {PH}"
+    h.addon.requestheaders(streamed)
+    h.addon.request(streamed)
+    streamed.response = tutils.tresp(content=None)
+    del streamed.response.headers["content-length"]  # unknown length: streamed
+    h.addon.responseheaders(streamed)
+    b"".join(streamed.response.stream(VALUE.encode() + b"\n")) + b"".join(
+        streamed.response.stream(b""))
+    for f in (buffered, streamed):
+        assert VALUE not in repr(f.metadata)
+        assert VALUE not in json.dumps(f.metadata, default=repr)
+    h.addon.response(streamed)
+    assert len(h.lines()) == 2 and all(VALUE in json.dumps(r["outbound"]) for r in h.lines())
+
+
 def test_blocked_request_is_inbound_only_with_its_403(ctx, tmp_path):
     h = Harness(tmp_path)
     f = h.exchange("evil.example.test", headers=[("Authorization", f"Bearer {PH}")])

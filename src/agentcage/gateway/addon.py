@@ -47,10 +47,11 @@ from agentcage.gateway.destination import (
     split_host_header,
     target_of,
 )
+from agentcage.gateway.faults import fail_closed
 from agentcage.gateway.flowaudit import FlowAudit
 from agentcage.gateway.flowstate import Verdict, state
 from agentcage.gateway.injection import inject_request
-from agentcage.gateway.messages import blocked_response, content_codings
+from agentcage.gateway.messages import blocked_response, content_codings, drop_interim_continue
 from agentcage.gateway.outcome import never_sent, of_error, served, stopped
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.reclaim import Reclaimer
@@ -66,9 +67,6 @@ from agentcage.secrets.inject import Injector
 from agentcage.secrets.redact import Redactor
 
 __all__ = ["Armour", "CageAddon", "split_host_header"]
-
-_RESPONDING_STAGES = ("requestheaders", "request", "http_connect", "response")
-
 
 def _guarded(stage: str):
     """Wrap a flow hook: an unexpected exception blocks the flow and is audited (fail closed)."""
@@ -180,7 +178,7 @@ class CageAddon:
             return
         if flow.request.host != name:
             flow.request.host = name  # retarget: upstream chosen by name, never by dialled IP
-        _no_interim_continue(flow)
+        drop_interim_continue(flow.request)
 
     @_guarded("request")
     def request(self, flow: http.HTTPFlow) -> None:
@@ -366,39 +364,7 @@ class CageAddon:
         self.records.outcome(flow, stopped(reason, "timeout"))
 
     def _fault(self, stage: str, subject: Any, error: Exception) -> None:
-        """A hook raised: block what it was handling, whatever state it left, and audit it."""
-        reason = f"internal error in {stage}: {type(error).__name__}: {error}"
-        if stage == "server_connect":
-            subject.server.error = f"agentcage: {reason}"  # first: the connection never opens
-            self.records.upstream(subject, reason, "fail-closed")
-            return
-        flow = subject
-        st = state(flow)
-        st.stopped, st.stopped_by = reason, "fail-closed"
-        self.watchdog.done(flow)
-        responded = False
-        if stage in _RESPONDING_STAGES:  # a 403 can still replace the request or response
-            with contextlib.suppress(Exception):
-                shown = host_name(flow.request.host) or ""
-                flow.response = blocked_response(403, reason, shown, "fail-closed")
-                responded = True
-        if not responded:
-            with contextlib.suppress(Exception):
-                if stage == "websocket_message" and flow.websocket is not None:
-                    flow.websocket.messages[-1].drop()
-            connections.close(flow)
-        try:
-            if st.forwarded:
-                st.outcome_verdict = None  # whatever was recorded, this is what happened
-                self.records.outcome(flow, stopped(reason, "fail-closed"))
-            else:
-                st.request_verdict = None
-                self.records.request(flow, Verdict("blocked", reason, "fail-closed"),
-                                     status=403 if responded else None, must=False)
-        except Exception:  # the flow's own state is what broke: a bare record then
-            self.records.safely(AuditRecord("response" if st.forwarded else "outbound",
-                                            "blocked", reason, by="fail-closed",
-                                            extra={"flow": flow.id}))
+        fail_closed(stage, subject, error, self.records, self.watchdog)
 
     # ---- capture (never decides anything: failures are audited and swallowed) -------------
 
@@ -408,16 +374,3 @@ class CageAddon:
 
     def _capture_failed(self, reason: str) -> None:
         self.records.safely(AuditRecord("capture", "flagged", reason, by="capture"))
-
-
-def _no_interim_continue(flow: http.HTTPFlow) -> None:
-    """Drop `Expect: 100-continue` from a request of unknown length (chunked).
-
-    mitmproxy answers the Expect itself, and once it has sent that interim 100 it neither
-    sends the 413 nor closes the connection when the body then passes the size limit: the
-    client uploads into a connection that never answers (measured with `curl -T -`). Without
-    the 100, a client sends the body after its own short wait (curl: 1 s) and gets the 413 at
-    once. A declared Content-Length within the limit cannot pass it: that Expect is kept."""
-    req = flow.request
-    if "expect" in req.headers and "content-length" not in req.headers:
-        del req.headers["expect"]

@@ -30,3 +30,15 @@ def blocked_response(status: int, reason: str, host: str, by: str) -> http.Respo
     return http.Response.make(
         status, body.encode(), {"Content-Type": "application/json", "X-Agentcage-Blocked": by}
     )
+
+
+def drop_interim_continue(request: http.Request) -> None:
+    """Drop `Expect: 100-continue` from a request of unknown length (chunked).
+
+    mitmproxy answers the Expect itself, and once it has sent that interim 100 it neither
+    sends the 413 nor closes the connection when the body then passes the size limit: the
+    client uploads into a connection that never answers (measured with `curl -T -`). Without
+    the 100, a client sends the body after its own short wait (curl: 1 s) and gets the 413 at
+    once. A declared Content-Length within the limit cannot pass it: that Expect is kept."""
+    if "expect" in request.headers and "content-length" not in request.headers:
+        del request.headers["expect"]

@@ -14,7 +14,7 @@ gateway instead of running it with the old behaviour. Each is idempotent.
    RST_STREAM with NO_ERROR). The client keeps uploading into a stream nobody reads, its flow
    control window runs dry, and it hangs until its own timeout. The reset is added.
    (An upload after `Expect: 100-continue` that is never answered is avoided in the addon:
-   see `addon._no_interim_continue`.)
+   see `messages.drop_interim_continue`.)
 3. `drain_refused_uploads`: over HTTP/1.1, mitmproxy answers 413 and closes the connection at
    once. A client that writes its whole body before it reads (Python's http.client, most
    simple clients) then gets a reset in the middle of its write (an SSL EOF), or, for a
