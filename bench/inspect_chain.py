@@ -1,4 +1,4 @@
-"""Throughput and added latency of the issue-5 inspector chain, against the chain disabled.
+"""Throughput and added latency of the inspector chain, against the chain disabled.
 
 The chain (domain, secrets, body-size, entropy, content-type, built by
 agentcage.inspect.build_chain with one staged secret and its rule) runs over request bodies
@@ -15,7 +15,7 @@ Every run gets a fresh body object, so no inspector can reuse work from an earli
 (Named inspect_chain, not inspect: a script's directory comes first on sys.path, and a
 bench/inspect.py would shadow the standard library's `inspect` for every script beside it.)
 
-Targets (issue 5): 10 MiB chat body through the chain in under 100 ms; added median latency for
+Targets: 10 MiB chat body through the chain in under 100 ms; added median latency for
 a 1 KiB request under 0.5 ms. With --check the exit code is 2 when a target is missed.
 """
 
