@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
-# `/discard...` with a Content-Length: the body is counted, not kept (large uploads through a
-# gateway), and the request comes out with an empty body and its size in DISCARDED_HEADER.
+# `/discard...` with a Content-Length: the body is counted, not kept or recorded (large uploads
+# through a gateway, which would otherwise fill the records every test reads), and the request
+# comes out with an empty body and its size in DISCARDED_HEADER.
 DISCARD_PATH = "/discard"
 MAX_DISCARD = 4 * 1024 ** 3
 DISCARDED_HEADER = "x-fakenet-discarded"
@@ -79,6 +80,11 @@ class RequestParser:
             done.append(request)
             self.upgraded = request.upgrades_to_websocket
         return done
+
+    @property
+    def discarding(self) -> bool:
+        """Inside the body of a `/discard` request: what comes next is counted, not kept."""
+        return self._discard is not None
 
     def leftover(self) -> bytes:
         """What arrived after the last request returned (after an upgrade: the first frames)."""

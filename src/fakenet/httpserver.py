@@ -43,7 +43,8 @@ async def handle_http(ctx: ServerContext, tls: bool,
     continued = False  # whether the request being received got its `100 Continue`
     try:
         async for data in chunks(reader, ctx.config.http_idle_timeout):
-            ctx.records.sink("tls" if tls else "tcp", port, peer, conn, data)
+            if not parser.discarding:  # a discarded body is counted, not kept, not recorded
+                ctx.records.sink("tls" if tls else "tcp", port, peer, conn, data)
             try:
                 requests = parser.feed(data)
             except HttpParseError as exc:
