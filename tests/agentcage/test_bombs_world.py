@@ -39,14 +39,19 @@ def bcage(net):
     cage = next(gen)
     try:
         assert cage.service.secret_set(cage.name, ENV, b"cnry-" + canary().encode())["applied"]
+        # warm up: a compressed response decoded, redacted and captured, once, so that first-use
+        # costs (lazy imports, buffers) are not counted against the first bomb
+        r = cage.sh(f'{CURL} -o /dev/null -w "%{{http_code}}" '
+                    f'"https://api.example.test/bomb/{8 * MiB}?encoding=gzip&chunked=1&warm=1"')
+        assert r.stdout == "200", r
         yield cage
     finally:
         gen.close()
 
 
-def outcome_of(cage, fragment: str) -> dict:
+def outcome_of(cage, path: str) -> dict:
     (rec,) = [r for r in cage.audit() if r.get("direction") == "response"
-              and fragment in (r.get("path") or "")]
+              and r.get("path") == path]
     return rec
 
 
@@ -60,11 +65,13 @@ def test_bomb_response_is_cut_off_in_bounded_memory(bcage, encoding, chunked):
     assert r.returncode != 0, r  # a broken transfer, never a complete-looking one
     received = (bcage.project / "bomb").stat().st_size
     assert received <= 128 * MiB, f"{received >> 20} MiB reached the cage"  # 64 MiB + pieces
-    rec = outcome_of(bcage, query)
+    rec = outcome_of(bcage, f"/bomb/{BOMB}?{query}")
     assert (rec["decision"], rec["by"], rec["outcome"]) == ("blocked", "redaction", "cut")
     assert "compression bomb" in rec["reason"]
     grown = (bcage.peak_rss_kib() - before) / 1024
-    assert grown < 64, f"gateway peak RSS grew by {grown:.0f} MiB for a {BOMB >> 20} MiB bomb"
+    # far less than the bomb: a piece of it at a time (one read of the compressed body can
+    # decode to a few MiB at once), and what waits for the cage's client to take it
+    assert grown < BOMB / MiB / 4, f"peak RSS grew by {grown:.0f} MiB for a {BOMB >> 20} MiB bomb"
 
 
 def test_bomb_response_over_http2(bcage):
@@ -72,7 +79,8 @@ def test_bomb_response_over_http2(bcage):
                  f'"https://api.example.test/bomb/{BOMB}?encoding=br&chunked=1&h2=1"',
                  timeout=120)
     assert r.returncode != 0, r
-    assert "compression bomb" in outcome_of(bcage, "h2=1")["reason"]
+    assert "compression bomb" in outcome_of(
+        bcage, f"/bomb/{BOMB}?encoding=br&chunked=1&h2=1")["reason"]
 
 
 def test_a_small_compressed_response_is_decoded_and_served_whole(bcage):
@@ -81,7 +89,7 @@ def test_a_small_compressed_response_is_decoded_and_served_whole(bcage):
                  f'"https://api.example.test/bomb/{4 * MiB}?encoding=gzip&chunked=0"')
     assert (r.returncode, r.stdout) == (0, "200"), r
     assert (bcage.project / "small").read_bytes() == bytes(4 * MiB)
-    assert outcome_of(bcage, f"/bomb/{4 * MiB}?")["outcome"] == "served"
+    assert outcome_of(bcage, f"/bomb/{4 * MiB}?encoding=gzip&chunked=0")["outcome"] == "served"
 
 
 def test_request_bomb_is_refused_before_upstream(bcage):

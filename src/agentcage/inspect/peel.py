@@ -40,8 +40,9 @@ _JSON_SIMPLE = MappingProxyType({
     b"t": b"\t",
 })  # fmt: skip
 _ESCAPE_GAP = 64  # escapes closer than this belong to one percent-encoded stretch
-# Random base85 is 27% (RFC 1924) or 33% (Ascii85) punctuation; base64 3%, hex and base32 none.
-_MIN_PUNCTUATION_PCT = 15
+# Base85 is about a fifth (RFC 1924) or a third (Ascii85) punctuation, never below an eighth
+# over a key's length; base64 is 3%, hex and base32 have none.
+_MIN_PUNCTUATION_PCT = 10
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class PeelLimits:
     min_chars: int = 32  # shortest span decoded
     budget_ratio: int = 2  # decoded bytes in all, per byte of the data peeled
     budget_floor: int = 64 * 1024
-    margin: float = 0.75  # base85: bits per character below random still taken for it
+    margin: float = 0.5  # base85: bits per character below random still taken for it
     min_escapes: int = 8  # percent-escapes that make data worth decoding as a URL
 
 
@@ -153,20 +154,27 @@ def base32_spans(index: ByteIndex, min_chars: int) -> Iterator[bytes]:
 
 
 def _decode85(span: bytes, decode) -> bytes | None:  # type: ignore[no-untyped-def]
-    """`span` decoded at the first of its five alignments that decodes: its neighbours (a
-    quote, a bracket) are often in the alphabet too and shift the groups, and a shifted group
-    soon overflows 32 bits. A last character that cannot end a group is dropped."""
+    """`span` decoded at the right one of its five alignments: its neighbours (a quote, a
+    bracket) are often in the alphabet too and shift the groups. A shifted group may overflow
+    32 bits (then that alignment is out), or may not: of the alignments that decode, the one
+    that gives text wins (a key, or another encoding inside), else the first (random bytes
+    look random at every alignment). A last character that cannot end a group is dropped."""
+    first = None
     for offset in range(5):
         for end in (len(span), len(span) - 1):
             try:
-                return decode(span[offset:end])
+                decoded = decode(span[offset:end])
             except ValueError:
                 continue
-    return None
+            if texty(decoded[:_SAMPLE]):
+                return decoded
+            first = first if first is not None else decoded
+            break
+    return first
 
 
 def _base85_like(span: bytes, margin: float) -> bool:
-    """Random over 85 symbols, a quarter of them punctuation: base64, hex and base32 (random
+    """Random over 85 symbols, a good share of them punctuation: base64, hex and base32 (random
     too, over fewer symbols, with almost no punctuation) are left to their own decoders."""
     sample = span[:_SAMPLE]
     punctuation = len(sample.translate(None, ByteClass.ALNUM.value))
