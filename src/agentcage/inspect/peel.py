@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ from agentcage.inspect.stats import random_expectation, shannon
 _UPPER = bytes(range(ord("A"), ord("Z") + 1))
 _LOWER = bytes(range(ord("a"), ord("z") + 1))
 _B32_DIGITS = b"234567"
-_ESCAPE = re.compile(rb"%[0-9a-fA-F]{2}")
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
 _SAMPLE = 4096  # characters of a span measured to decide whether it looks random
+_PROBE_GROUPS = 64  # base85 groups decoded to choose a span's alignment
 _PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
 _JSON_ESCAPE = re.compile(rb"\\(u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
 _JSON_SIMPLE = MappingProxyType({
@@ -43,6 +45,8 @@ _ESCAPE_GAP = 64  # escapes closer than this belong to one percent-encoded stret
 # Base85 is about a fifth (RFC 1924) or a third (Ascii85) punctuation, never below an eighth
 # over a key's length; base64 is 3%, hex and base32 have none.
 _MIN_PUNCTUATION_PCT = 10
+# and about three tenths upper case (both alphabets hold all 26 letters); text and code far less
+_MIN_UPPER_PCT = 12
 
 
 @dataclass(frozen=True)
@@ -156,27 +160,32 @@ def base32_spans(index: ByteIndex, min_chars: int) -> Iterator[bytes]:
 def _decode85(span: bytes, decode) -> bytes | None:  # type: ignore[no-untyped-def]
     """`span` decoded at the right one of its five alignments: its neighbours (a quote, a
     bracket) are often in the alphabet too and shift the groups. A shifted group may overflow
-    32 bits (then that alignment is out), or may not: of the alignments that decode, the one
-    that gives text wins (a key, or another encoding inside), else the first (random bytes
-    look random at every alignment). A last character that cannot end a group is dropped."""
-    first = None
+    32 bits (then that alignment is out), or may not: the alignments whose start decodes to
+    text are tried first (a key, or another encoding inside), then the others whose start
+    decodes (random bytes look random at every alignment); the first to decode whole wins,
+    without a last character that cannot end a group if need be."""
+    texts, others = [], []
     for offset in range(5):
+        head = span[offset:offset + _PROBE_GROUPS * 5]
+        try:
+            probe = decode(head[: len(head) - len(head) % 5])
+        except ValueError:
+            continue
+        (texts if texty(probe) else others).append(offset)
+    for offset in texts + others:
         for end in (len(span), len(span) - 1):
-            try:
-                decoded = decode(span[offset:end])
-            except ValueError:
-                continue
-            if texty(decoded[:_SAMPLE]):
-                return decoded
-            first = first if first is not None else decoded
-            break
-    return first
+            with contextlib.suppress(ValueError):
+                return decode(span[offset:end])
+    return None
 
 
 def _base85_like(span: bytes, margin: float) -> bool:
     """Random over 85 symbols, a good share of them punctuation: base64, hex and base32 (random
     too, over fewer symbols, with almost no punctuation) are left to their own decoders."""
     sample = span[:_SAMPLE]
+    upper = len(sample) - len(sample.translate(None, _UPPER))
+    if upper * 100 < _MIN_UPPER_PCT * len(sample):  # most text and code: one C pass decides
+        return False
     punctuation = len(sample.translate(None, ByteClass.ALNUM.value))
     return punctuation * 100 >= _MIN_PUNCTUATION_PCT * len(sample) and _looks_random(
         sample, 85, margin)
@@ -199,13 +208,24 @@ def base85_spans(index: ByteIndex, min_chars: int,
                         yield name, decoded
 
 
+def _escape_positions(data: bytes) -> list[int]:
+    """Offsets of the percent-escapes (`%` and two hex digits) in `data`: a C search for each
+    `%`, not a regular expression over all of the data."""
+    found, find, at = [], data.find, data.find(b"%")
+    while at >= 0:
+        if data[at + 1:at + 3].translate(None, _HEX_DIGITS) == b"" and at + 3 <= len(data):
+            found.append(at)
+        at = find(b"%", at + 1)
+    return found
+
+
 def _percent_windows(data: bytes, limits: PeelLimits) -> bytes | None:
     """The percent-decoding of the parts of `data` dense with escapes (each escape within
     `_ESCAPE_GAP` bytes of the next), joined by newlines; None when there are too few. Large
     data with an escape here and there (format strings in source code) is not decoded whole."""
     if data.count(b"%") < limits.min_escapes:
         return None
-    positions = [m.start() for m in _ESCAPE.finditer(data)]
+    positions = _escape_positions(data)
     if len(positions) < limits.min_escapes:
         return None
     pieces, start, last, count = [], positions[0], positions[0], 1
