@@ -1,4 +1,4 @@
-"""Throughput and added latency of the gateway's inspector chain, against the chain disabled.
+"""Throughput and added latency of the inspector chain, against the chain disabled.
 
 The chain (domain, secrets, body-size, entropy, content-type, built by
 agentcage.inspect.build_chain with one staged secret and its rule) runs over request bodies
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage.domains import DomainMatcher, DomainRule, parse_pattern
-from agentcage.gateway.inspectors import InspectionContext, Inspector, RequestView
 from agentcage.inspect import build_chain, run_chain
+from agentcage.inspect.protocol import InspectionContext, Inspector, RequestView
 from agentcage.policy import Policy
 from agentcage.secrets import StagedSecret, mint, rule_from_config
 

@@ -14,7 +14,9 @@ SPEC: {"host", "port", "tls", "path", "cafile" (optional), "timeout" (optional),
        "messages": [{"type": "text"|"binary", one of: "data" (base64 of the payload),
                      "text" (expanded with os.path.expandvars), "file" (read in the client),
                      optional "slice": [start, end] (of the payload, None for an open end),
-                     optional "encode": "raw"|"base64"|"hex" (applied to the payload)}]}
+                     optional "encode": layers applied to the payload, left to right:
+                     "raw", "base64", "base64url", "hex", "base32", "base85", "ascii85",
+                     e.g. "hex+base64" for base64 of hex}]}
 Prints one JSON object: {"status": int, "accept_ok": bool, "results": [per message:
 {"echo": base64, "type": "text"|"binary"} or {"closed": "why"}], "close": "why" or null}.
 The file is Python 3.11 compatible and imports nothing outside the standard library.
@@ -100,12 +102,20 @@ def payload_of(message):
     if "slice" in message:
         start, end = message["slice"]
         data = data[start:end]
-    encode = message.get("encode", "raw")
-    if encode == "base64":
-        data = base64.b64encode(data)
-    elif encode == "hex":
-        data = binascii.hexlify(data)
+    for layer in message.get("encode", "raw").split("+"):  # applied left to right
+        data = ENCODERS[layer](data)
     return data
+
+
+ENCODERS = {
+    "raw": lambda d: d,
+    "base64": base64.b64encode,
+    "base64url": base64.urlsafe_b64encode,
+    "hex": binascii.hexlify,
+    "base32": base64.b32encode,
+    "base85": base64.b85encode,
+    "ascii85": base64.a85encode,
+}
 
 
 def connect_via_proxy(proxy, host, port, timeout):

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
+# `/discard...` with a Content-Length: the body is counted, not kept or recorded (large uploads
+# through a gateway, which would otherwise fill the records every test reads), and the request
+# comes out with an empty body and its size in DISCARDED_HEADER.
+DISCARD_PATH = "/discard"
+MAX_DISCARD = 4 * 1024 ** 3
+DISCARDED_HEADER = "x-fakenet-discarded"
 
 
 class HttpParseError(ValueError):
@@ -59,6 +65,7 @@ class RequestParser:
     def __init__(self) -> None:
         self._buf = bytearray()
         self.upgraded = False
+        self._discard: tuple[_Head, int, int] | None = None  # head, bytes to come, seen
 
     def feed(self, data: bytes) -> list[HttpRequest]:
         """Add bytes; return every request they complete. Raises HttpParseError on garbage.
@@ -74,6 +81,11 @@ class RequestParser:
             self.upgraded = request.upgrades_to_websocket
         return done
 
+    @property
+    def discarding(self) -> bool:
+        """Inside the body of a `/discard` request: what comes next is counted, not kept."""
+        return self._discard is not None
+
     def leftover(self) -> bytes:
         """What arrived after the last request returned (after an upgrade: the first frames)."""
         data = bytes(self._buf)
@@ -82,6 +94,8 @@ class RequestParser:
 
     def wants_continue(self) -> bool:
         """The request being received asked for `100 Continue` and its body is still to come."""
+        if self._discard is not None:
+            return False
         head = _parse_head(self._buf)
         if head is None:
             return False
@@ -89,15 +103,37 @@ class RequestParser:
         return expect.lower() == "100-continue" and _body_end(self._buf, head) is None
 
     def _next(self) -> HttpRequest | None:
+        if self._discard is not None:
+            return self._discarding()
         head = _parse_head(self._buf)
         if head is None:
             return None
+        if head.target.startswith(DISCARD_PATH):
+            length = {k.lower(): v for k, v in head.headers}.get("content-length", "0")
+            if not length.isdigit() or int(length) > MAX_DISCARD:
+                raise HttpParseError(f"bad content-length: {length[:40]!r}")
+            del self._buf[:head.end]
+            self._discard = (head, int(length), 0)
+            return self._discarding()
         body_end = _body_end(self._buf, head)
         if body_end is None:
             return None
         body, end = body_end
         del self._buf[:end]
         return HttpRequest(head.method, head.target, head.version, head.headers, body)
+
+
+    def _discarding(self) -> HttpRequest | None:
+        assert self._discard is not None
+        head, left, seen = self._discard
+        take = min(left, len(self._buf))
+        del self._buf[:take]
+        if left - take:
+            self._discard = (head, left - take, seen + take)
+            return None
+        self._discard = None
+        headers = (*head.headers, (DISCARDED_HEADER, str(seen + take)))
+        return HttpRequest(head.method, head.target, head.version, headers, b"")
 
 
 def _parse_head(buf: bytearray) -> _Head | None:

@@ -1,6 +1,7 @@
 """HTTP and HTTPS servers: answer 200 with a JSON echo of the request (or a large body at
-`/download/<size>`, see downloads.py, or a model's answer at /v1/messages and /v1/responses,
-see models.py), and record every request."""
+`/download/<size>`, see downloads.py; a compression bomb at `/bomb/<size>`, bombs.py; a server
+that accepts and never answers at `/hang`, hangs.py; a model's answer at /v1/messages and
+/v1/responses, models.py), and record every request."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import itertools
 import json
 import ssl
 
-from fakenet import downloads, models, websocket
+from fakenet import bombs, downloads, hangs, models, websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
-from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
+from fakenet.httpparse import DISCARDED_HEADER, HttpParseError, HttpRequest, RequestParser
 
 SERVER_NAME = "fakenet"
 
@@ -43,7 +44,8 @@ async def handle_http(ctx: ServerContext, tls: bool,
     continued = False  # whether the request being received got its `100 Continue`
     try:
         async for data in chunks(reader, ctx.config.http_idle_timeout):
-            ctx.records.sink("tls" if tls else "tcp", port, peer, conn, data)
+            if not parser.discarding:  # a discarded body is counted, not kept, not recorded
+                ctx.records.sink("tls" if tls else "tcp", port, peer, conn, data)
             try:
                 requests = parser.feed(data)
             except HttpParseError as exc:
@@ -65,6 +67,14 @@ async def handle_http(ctx: ServerContext, tls: bool,
                     continue
                 if downloads.wants(request.target) and request.method == "GET":
                     if not await downloads.serve(writer, request.target, request.keep_alive):
+                        return
+                    continued = False
+                    continue
+                if hangs.wants(request.target):
+                    await hangs.serve(request.target)
+                    return  # closed without a byte of an answer
+                if bombs.wants(request.target) and request.method == "GET":
+                    if not await bombs.serve(writer, request.target, request.keep_alive):
                         return
                     continued = False
                     continue
@@ -145,7 +155,7 @@ def _echo(request: HttpRequest, tls: bool) -> bytes:
         "host": request.header("host") or "",
         "path": request.target,
         "tls": tls,
-        "body_length": len(request.body),
+        "body_length": int(request.header(DISCARDED_HEADER) or len(request.body)),
     }
     return _response(200, body, keep_alive=request.keep_alive, head=request.method == "HEAD")
 

@@ -66,8 +66,10 @@ def make_project(root: Path, *, hooks: bool = True, claude: bool = True) -> Path
 
 
 def cage_yaml(net, name: str, allow: list[str], *, trusted: str = "10.200.0.0/16",
-              extra: str = "") -> str:
+              extra: str = "", gateway: dict[str, object] | None = None) -> str:
+    """`gateway`: more keys of the gateway section (timeouts, say)."""
     allow_list = ", ".join(allow)
+    more = "".join(f"  {key}: {value}\n" for key, value in (gateway or {}).items())
     return f"""
 name: {name}
 domains: {{mode: allowlist, allow: [{allow_list}]}}
@@ -76,7 +78,7 @@ gateway:
   uplink: "netns:{net.uplink_ns}"
   trusted_networks: [{trusted}]
   upstream_ca_files: ["{net.ca_cert_path}"]
-{extra}
+{more}{extra}
 """
 
 
@@ -97,6 +99,24 @@ class CageHandle:
 
         return NetPlan.from_dict(self.runtime["plan"]).gateway_address
 
+    @property
+    def gateway_process(self) -> int:
+        """The pid of the gateway itself: runtime's gateway_pid is its supervisor's (a gateway
+        started without one, as before supervisors existed, is that pid itself)."""
+        supervisor = int(self.runtime["gateway_pid"])
+        for task in Path(f"/proc/{supervisor}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                if host.pid_matches(int(child), "agentcage.gateway"):
+                    return int(child)
+        return supervisor
+
+    def peak_rss_kib(self) -> int:
+        """The gateway's peak resident memory so far (VmHWM)."""
+        for line in Path(f"/proc/{self.gateway_process}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmHWM")
+
     def sh(self, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run `sh -c script` in the cage with captured output."""
         return self.service.exec_capture(self.name, ["/bin/sh", "-c", script], timeout=timeout)
@@ -106,10 +126,12 @@ class CageHandle:
 
 
 def start_cage(net, name: str, allow: list[str], *,
-               gateway_env: dict[str, str] | None = None, **kw) -> Iterator[CageHandle]:
+               gateway_env: dict[str, str] | None = None, home: Path | None = None,
+               **kw) -> Iterator[CageHandle]:
+    """`home`: the state directory (AGENTCAGE_HOME) to use, e.g. on a small tmpfs."""
     tmp = Path(tempfile.mkdtemp(prefix="agentcage-test-"))  # /tmp: reachable by the agent uid
     os.chmod(tmp, 0o755)
-    store = StateStore(tmp / "home")
+    store = StateStore(home or tmp / "home")
     backend = NamespaceBackend(store, gateway_env=gateway_env)
     service = CageService(store, backend)
     project = make_project(tmp / "work")

@@ -3,7 +3,7 @@ it raises on one path, so the chain must turn that into a block (fail closed).""
 
 from __future__ import annotations
 
-from agentcage.gateway.inspectors import Decision
+from agentcage.inspect.protocol import Decision
 
 
 class Exploding:

@@ -6,15 +6,19 @@ import json
 
 import pytest
 from mitmproxy import connection, http
+from mitmproxy.connection import ConnectionState
+from mitmproxy.flow import Error as flow_error
 from mitmproxy.proxy import server_hooks
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow, tutils
 
 from agentcage.gateway.addon import CageAddon, split_host_header
 from agentcage.gateway.audit import AuditRecord
-from agentcage.gateway.inspectors import Decision, DomainInspector
+from agentcage.gateway.flowstate import state
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.inspect import build_chain, first_block, run_chain
+from agentcage.inspect.domain import DomainInspector
+from agentcage.inspect.protocol import Decision
 from agentcage.policy import Policy, compile_document, document_from_domains
 
 POLICY = compile_document(
@@ -64,13 +68,39 @@ def test_allowed_transparent_request_is_retargeted_by_name(h):
     h.addon.requestheaders(f)
     assert f.response is None
     assert f.request.host == "api.example.test"
-    assert h.records == []  # nothing is audited as allowed before upstream answers
+    assert h.records == []  # nothing is decided before the whole request is seen
+    h.addon.request(f)
+    # the decision is audited before the request goes upstream, then what came of it
+    assert [(r.direction, r.decision, r.host) for r in h.records] == [
+        ("outbound", "allowed", "api.example.test")]
     f.response = tutils.tresp()
     h.addon.response(f)
-    assert [(r.decision, r.host, r.status) for r in h.records] == [
-        ("allowed", "api.example.test", 200)]
+    assert [(r.direction, r.decision, r.status, r.extra["outcome"]) for r in h.records[1:]] == [
+        ("response", "allowed", 200, "served")]
+    assert h.records[0].extra["flow"] == h.records[1].extra["flow"] == f.id
     h.addon.response(f)
-    assert len(h.records) == 1  # exactly one record per request
+    assert len(h.records) == 2  # exactly one record of each per request
+
+
+def test_a_request_that_cannot_be_audited_is_refused():
+    """The audit fails (a full disk): the request never goes upstream, the cage gets a 503."""
+    with taddons.context():
+        h = Harness()
+
+        def disk_full(record):
+            raise OSError(28, "No space left on device")
+
+        h.addon.records.audit = disk_full
+        f = flow(sni="api.example.test", header="api.example.test")
+        h.addon.requestheaders(f)
+        h.addon.request(f)
+        assert f.response is not None and f.response.status_code == 503
+        assert blocked_body(f)["by"] == "audit"
+        h.addon.records.audit = h.records.append  # the disk has room again: a control
+        ok = flow(sni="api.example.test", header="api.example.test")
+        h.addon.requestheaders(ok)
+        h.addon.request(ok)
+        assert ok.response is None and [r.decision for r in h.records] == ["allowed"]
 
 
 CASES = [
@@ -151,14 +181,43 @@ def test_server_connect_gate(h, host, port, allowed):
         assert h.records[-1].direction == "upstream" and h.records[-1].decision == "blocked"
 
 
-def test_upstream_error_is_blocked_never_allowed(h):
+def test_upstream_error_is_blocked_never_served(h):
     f = flow(sni="api.example.test", header="api.example.test")
     h.addon.requestheaders(f)
+    h.addon.request(f)
     f.error = tflow.terr()
     h.addon.error(f)
     h.addon.response(f)
-    assert [r.decision for r in h.records] == ["blocked"]
-    assert "upstream error" in h.records[0].reason
+    assert [(r.direction, r.decision) for r in h.records] == [("outbound", "allowed"),
+                                                               ("response", "blocked")]
+    assert "upstream error" in h.records[1].reason
+    assert h.records[1].extra["outcome"] == "upstream-failed"
+
+
+@pytest.mark.parametrize(("message", "responded", "client_gone", "decision", "outcome"), [
+    ("stream reset by client (CANCEL)", True, False, "allowed", "client-closed"),
+    ("Client disconnected.", True, True, "allowed", "client-closed"),
+    ("stream reset by client (CANCEL)", False, False, "allowed", "client-closed"),
+    ("peer closed connection", True, True, "allowed", "client-closed"),  # the client's h2
+    ("peer closed connection", True, False, "blocked", "upstream-failed"),  # the upstream's
+    ("Server disconnected.", True, False, "blocked", "upstream-failed"),
+])
+def test_the_audit_says_what_happened(h, message, responded, client_gone, decision, outcome):
+    """A client that closes a stream it was served (HTTP/2 clients cancel after the final
+    event) was served: not blocked. An upstream that vanished is not a client's doing."""
+    f = flow(sni="api.example.test", header="api.example.test")
+    h.addon.requestheaders(f)
+    h.addon.request(f)
+    if responded:
+        f.response = tutils.tresp()
+        h.addon.responseheaders(f)
+    if client_gone:
+        f.client_conn.state = ConnectionState.CLOSED
+    f.error = flow_error(message)
+    h.addon.error(f)
+    (rec,) = [r for r in h.records if r.direction == "response"]
+    assert (rec.decision, rec.extra["outcome"]) == (decision, outcome)
+    assert message in rec.reason
 
 
 def test_raw_tcp_is_killed(h):
@@ -190,8 +249,9 @@ def test_every_flow_hook_fails_closed(hook):
             h.addon.requestheaders(f)  # legitimately allowed first
             assert f.response is None
         if hook == "response":
+            h.addon.request(f)
             f.response = tutils.tresp()
-            f.metadata["agentcage.decisions"] = object()  # reading the verdicts raises
+            state(f).decisions = object()  # reading the verdicts raises
         h.addon.policy = exploding_policy  # requestheaders, http_connect
 
         def explode(*a, **k):
@@ -271,8 +331,9 @@ def test_audit_only_hooks_fail_closed_too():
         h = Harness()
         f = flow(sni="api.example.test", header="api.example.test")
         h.addon.requestheaders(f)
+        h.addon.request(f)
         f.error = tflow.terr()
-        original = h.addon._record
+        original = h.addon.records.outcome
         calls = []
 
         def record_fails_once(*a, **k):
@@ -281,13 +342,13 @@ def test_audit_only_hooks_fail_closed_too():
                 raise Boom("audit exploded")
             return original(*a, **k)
 
-        h.addon._record = record_fails_once
+        h.addon.records.outcome = record_fails_once
         h.addon.error(f)
-        assert [r.decision for r in h.records] == ["blocked"]
-        assert "internal error in error" in h.records[0].reason
+        assert [r.decision for r in h.records] == ["allowed", "blocked"]
+        assert "internal error in error" in h.records[1].reason
         data = server_data("api.example.test", 443)
         data.server.error = "connection refused"
-        h.addon.audit = lambda rec: (_ for _ in ()).throw(Boom("disk full"))
+        h.addon.records.audit = lambda rec: (_ for _ in ()).throw(Boom("disk full"))
         h.addon.server_connect_error(data)  # must not raise into mitmproxy
 
 

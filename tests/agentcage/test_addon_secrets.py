@@ -8,17 +8,21 @@ import base64
 import gzip
 import json
 import os
+import zlib
 from pathlib import Path
 
+import brotli
 import pytest
 from mitmproxy import http
+from mitmproxy.net import encoding as mitm_encoding
 from mitmproxy.test import taddons, tflow, tutils
 from mitmproxy.websocket import WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from agentcage.gateway import main as gateway_main
-from agentcage.gateway.addon import META_TARGET, Armour, CageAddon
+from agentcage.gateway.addon import Armour, CageAddon
 from agentcage.gateway.audit import AuditLog, read_audit
+from agentcage.gateway.flowstate import state
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.inspect import build_chain
@@ -73,8 +77,10 @@ def test_headers_injected_toward_the_rule_host_and_audited_by_name(h):
     assert f.request.headers["authorization"] == f"Bearer {VALUE.decode()}"
     f.response = tutils.tresp(content=b"ok")
     h.addon.response(f)
-    (rec,) = h.records
-    assert rec.decision == "allowed" and rec.secrets_injected == ("API_TOKEN",)
+    sent, answered = h.records
+    assert (sent.direction, sent.decision) == ("outbound", "allowed")
+    assert sent.secrets_injected == answered.secrets_injected == ("API_TOKEN",)
+    assert (answered.direction, answered.decision) == ("response", "allowed")
 
 
 def test_url_injection_is_not_audited_with_the_value(h):
@@ -82,8 +88,9 @@ def test_url_injection_is_not_audited_with_the_value(h):
     assert f.request.path == f"/v1?key={VALUE.decode()}"
     f.response = tutils.tresp(content=b"ok")
     h.addon.response(f)
-    (rec,) = h.records
-    assert rec.path == f"/v1?key={PH}" and VALUE.decode() not in json.dumps(rec.to_dict())
+    assert len(h.records) == 2
+    for rec in h.records:
+        assert rec.path == f"/v1?key={PH}" and VALUE.decode() not in json.dumps(rec.to_dict())
 
 
 def test_json_body_injection_keeps_json_valid(h):
@@ -109,10 +116,17 @@ def test_gzip_body_is_inspected_decoded(h):
     assert ok.response is None  # control
 
 
+BOMB = b"\0" * (1024 * 1024)  # 1 MiB of zeros: over the harness's 64 KiB limit
+
+
 @pytest.mark.parametrize(("encoding", "body", "why"), [
-    ("gzip", gzip.compress(b"\0" * (1024 * 1024)), "more than"),  # a bomb is not inflated
+    ("gzip", gzip.compress(BOMB), "more than"),  # a bomb is not inflated, in any encoding
+    ("deflate", zlib.compress(BOMB), "more than"),
+    ("br", brotli.compress(BOMB), "more than"),
+    ("zstd", mitm_encoding.encode(BOMB, "zstd"), "more than"),
+    ("gzip, gzip", gzip.compress(gzip.compress(BOMB)), "more than"),
     ("gzip", b"not gzip at all", "corrupt"),
-    ("br", b"\x0b\x02\x80hello\x03", "Content-Encoding"),
+    ("compress", b"\x1f\x9d\x90hello", "Content-Encoding"),
 ])
 def test_bodies_that_cannot_be_seen_are_blocked(h, encoding, body, why):
     f = h.send("api.example.test", headers=[("Content-Encoding", encoding)], body=body)
@@ -129,7 +143,7 @@ def test_response_redacted_in_every_form_and_audited(h):
     assert VALUE not in f.response.content and VALUE.decode() not in str(f.response.headers)
     doc = json.loads(f.response.content)
     assert doc["raw"] == str(PH) and base64.b64decode(doc["b64"]) == str(PH).encode()
-    assert h.records[0].secrets_redacted == ("API_TOKEN",)
+    assert h.records[-1].secrets_redacted == ("API_TOKEN",)
 
 
 def test_undecodable_response_is_replaced_not_passed(h):
@@ -143,7 +157,7 @@ def test_undecodable_response_is_replaced_not_passed(h):
 def ws_flow(host: str) -> http.HTTPFlow:
     f = tflow.twebsocketflow(messages=False)
     f.request.host = host
-    f.metadata[META_TARGET] = (host, 443)
+    state(f).target = (host, 443)
     return f
 
 
@@ -264,9 +278,9 @@ def test_stream_that_fails_to_decode_is_killed_and_audited(h):
     assert feed(f, [b"this is not gzip at all"]) == b""
     assert f.error is not None and f.error.msg == "Connection killed."
     h.addon.response(f)
-    (blocked,) = [r for r in h.records if r.decision == "blocked"]
-    assert blocked.by == "redaction" and "cut off" in blocked.reason
-    assert not any(r.decision == "allowed" for r in h.records)
+    (outcome,) = [r for r in h.records if r.direction == "response"]
+    assert outcome.decision == "blocked" and outcome.by == "redaction"
+    assert "cut off" in outcome.reason and outcome.extra["outcome"] == "cut"
 
 
 def test_stream_in_an_encoding_the_gateway_cannot_decode_is_refused(h):

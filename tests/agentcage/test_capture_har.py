@@ -20,8 +20,8 @@ from mitmproxy.test import taddons, tutils
 from agentcage.cli import main as cli_main
 from agentcage.gateway.addon import CageAddon
 from agentcage.gateway.capture import (
-    CaptureConfig,
     CaptureLog,
+    CaptureSettings,
     capture_files,
     read_capture,
     rotated_path,
@@ -31,6 +31,7 @@ from agentcage.har import convert, har_problems, to_har
 from agentcage.inspect import build_chain
 from agentcage.policy import compile_document, document_from_domains
 from agentcage.secrets import Injector, Redactor, StagedSecret, mint, rule_from_config
+from agentcage.typed import from_mapping
 from tests.agentcage.conftest import start_cage
 from tests.agentcage.test_addon import flow
 
@@ -51,7 +52,7 @@ class Harness:
     def __init__(self, tmp: Path, **capture):
         self.records = []
         self.path = tmp / "capture.jsonl"
-        config = CaptureConfig.from_settings({"enable_har": True, **capture})
+        config = from_mapping(CaptureSettings, {"enable_har": True, **capture}, "capture")
         self.log = CaptureLog(self.path, config, on_failure=lambda r: self.failures.append(r))
         self.failures: list[str] = []
         self.addon = CageAddon(
@@ -103,6 +104,30 @@ def test_inbound_has_placeholder_outbound_has_value(ctx, tmp_path):
     assert har_problems(doc) == [] and VALUE not in json.dumps(doc)
     out = to_har([rec], "outbound")
     assert har_problems(out) == [] and VALUE in json.dumps(out)
+
+
+def test_no_credential_ever_sits_in_flow_metadata(ctx, tmp_path):
+    """The real value is injected and echoed back, buffered and streamed, with capture on:
+    flow.metadata (which other addons read, and flow dumps save) holds names and verdicts,
+    never the value; the outbound snapshots live in the recorder, gone with the flow."""
+    h = Harness(tmp_path, max_body_size=4096)
+    answer = json.dumps({"echo": VALUE}).encode()
+    buffered = h.exchange("api.example.test", headers=[("Authorization", f"Bearer {PH}")],
+                          answer=answer)
+    streamed = flow(sni="api.example.test", header="api.example.test", method="GET")
+    streamed.request.headers["Authorization"] = f"Bearer {PH}"
+    h.addon.requestheaders(streamed)
+    h.addon.request(streamed)
+    streamed.response = tutils.tresp(content=None)
+    del streamed.response.headers["content-length"]  # unknown length: streamed
+    h.addon.responseheaders(streamed)
+    b"".join(streamed.response.stream(VALUE.encode() + b"\n")) + b"".join(
+        streamed.response.stream(b""))
+    for f in (buffered, streamed):
+        assert VALUE not in repr(f.metadata)
+        assert VALUE not in json.dumps(f.metadata, default=repr)
+    h.addon.response(streamed)
+    assert len(h.lines()) == 2 and all(VALUE in json.dumps(r["outbound"]) for r in h.lines())
 
 
 def test_blocked_request_is_inbound_only_with_its_403(ctx, tmp_path):
@@ -160,8 +185,12 @@ def test_body_cap_include_exclude_and_rotation(ctx, tmp_path):
     files = capture_files(h.path)
     assert files == [rotated_path(h.path, 1), h.path]
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
-    only = CaptureConfig.from_settings({"enable_har": True, "include_domains": ["example.test"]})
+    # the domain policy's own patterns and matcher: a name is that name, *.name is below it
+    only = CaptureSettings(enable_har=True, include_domains=("*.example.test",))
     assert only.wants("api.example.test") and not only.wants("example.com")
+    assert not only.wants("example.test")
+    exact = CaptureSettings(enable_har=True, include_domains=("example.test",))
+    assert exact.wants("example.test") and not exact.wants("api.example.test")
 
 
 def test_capture_failure_is_audited_and_never_blocks(ctx, tmp_path):
@@ -180,7 +209,7 @@ def test_snapshot_failure_never_lets_injected_values_into_inbound(ctx, tmp_path,
     def boom(*a, **k):
         raise RuntimeError("snapshot broke")
 
-    monkeypatch.setattr(h.addon, "_inbound_request", boom)
+    monkeypatch.setattr(h.addon.recorder, "_inbound_request", boom)
     f = h.exchange("api.example.test", headers=[("Authorization", f"Bearer {PH}")])
     assert f.response.status_code == 200
     (rec,) = h.lines()
@@ -381,7 +410,7 @@ def test_capture_off_writes_no_file(net):
 
 
 def test_http_response_snapshot_helpers_keep_binary_bodies():
-    from agentcage.gateway.capture import body_bytes, response_doc
+    from agentcage.gateway.snapshots import body_bytes, response_doc
 
     resp = http.Response.make(200, bytes(range(256)), {"Content-Type": "application/octet"})
     doc = response_doc(resp, 1024)

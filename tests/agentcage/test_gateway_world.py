@@ -40,6 +40,12 @@ def records_for(cage, host: str, path: str | None = None) -> list[dict]:
             and (path is None or r.get("path") == path)]
 
 
+def outcomes_for(cage, host: str, path: str | None = None) -> list[dict]:
+    """The `response` records: what came of requests that went upstream."""
+    return [r for r in cage.audit() if r.get("host") == host and r.get("direction") == "response"
+            and (path is None or r.get("path") == path)]
+
+
 def wait_for(predicate, timeout: float = 5.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -67,8 +73,15 @@ def test_allowed_https_transparent_and_regular_and_http(cage):
         assert [x["decision"] for x in recs] == ["allowed"]  # exactly one record
         assert recs[0]["inspectors"][0]["name"] == "domain"
         for key in ("ts", "direction", "method", "host", "port", "path", "url", "decision",
-                    "reason", "inspectors", "secrets_injected", "secrets_redacted"):
+                    "reason", "inspectors", "secrets_injected", "secrets_redacted", "flow"):
             assert key in recs[0]
+        (served,) = outcomes_for(cage, "allowed.example.test", f"/{c}-{suffix}")
+        assert (served["decision"], served["outcome"], served["status"]) == (
+            "allowed", "served", 200)
+        assert served["flow"] == recs[0]["flow"]
+        # the decision was on disk before the request went upstream: it comes first
+        lines = [r for r in cage.audit() if r.get("flow") == served["flow"]]
+        assert [r["direction"] for r in lines] == ["outbound", "response"]
 
 
 def test_blocked_name_gets_403_json_and_audit(cage):
@@ -235,8 +248,11 @@ def test_metadata_and_private_addresses_refused(cage):
     codes = r.stdout.split()
     assert codes[0] == "403" and codes[1] == "403" and codes[2] in ("502", "403"), r
     assert not cage.net.received(c)
+    # allowed by name and sent on its way (audited first); the connector refused to dial it
     recs = records_for(cage, "metadata.google.internal", f"/{c}-c")
-    assert [x["decision"] for x in recs] == ["blocked"]
+    assert [x["decision"] for x in recs] == ["allowed"]
+    outcomes = outcomes_for(cage, "metadata.google.internal", f"/{c}-c")
+    assert [(x["decision"], x["outcome"]) for x in outcomes] == [("blocked", "upstream-failed")]
     upstream = [x for x in cage.audit() if x.get("direction") == "upstream"
                 and x.get("host") == "metadata.google.internal"]
     assert any("non-public" in x["reason"] for x in upstream)
@@ -274,9 +290,10 @@ def test_upstream_error_is_audited_never_allowed(cage):
     c = canary()
     r = cage.sh(f"{CURL} -o /dev/null -w '%{{http_code}}' https://ghost.example.test/{c}")
     assert r.stdout in ("502", "403"), r
-    recs = records_for(cage, "ghost.example.test", f"/{c}")
-    assert [x["decision"] for x in recs] == ["blocked"]
-    assert "upstream" in recs[0]["reason"]
+    assert [x["decision"] for x in records_for(cage, "ghost.example.test", f"/{c}")] == [
+        "allowed"]  # the decision, written before it went upstream
+    (outcome,) = outcomes_for(cage, "ghost.example.test", f"/{c}")
+    assert outcome["decision"] == "blocked" and "upstream" in outcome["reason"]
 
 
 def test_invalid_policy_reload_blocks_everything_then_recovers(cage):

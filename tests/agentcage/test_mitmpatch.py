@@ -5,17 +5,35 @@ from __future__ import annotations
 
 import pytest
 from mitmproxy.proxy.layers.http import HttpStream
+from mitmproxy.proxy.layers.http._http1 import Http1Server
 from mitmproxy.proxy.layers.http._http2 import Http2Connection
+from mitmproxy.proxy.layers.tls import TLSLayer
 
 from agentcage.gateway import mitmpatch
 
 
+def patched() -> tuple:
+    return (HttpStream.check_body_size, Http2Connection._handle_event, HttpStream.__init__,
+            Http1Server.send, Http1Server._handle_event, Http1Server.mark_done,
+            TLSLayer.send_data)
+
+
 def test_apply_all_is_idempotent():
     mitmpatch.apply_all()
-    first = (HttpStream.check_body_size, Http2Connection._handle_event)
+    first = patched()
     mitmpatch.apply_all()
-    assert (HttpStream.check_body_size, Http2Connection._handle_event) == first
+    assert patched() == first
     assert all(getattr(f, mitmpatch._PATCHED) for f in first)
+
+
+def test_request_bodies_are_collected_in_one_buffer_handed_over_without_a_copy():
+    buf = mitmpatch.BodyBuffer()
+    assert not buf and len(buf) == 0
+    for piece in (b"abc", b"", b"defg"):
+        buf += piece
+    assert len(buf) == 7 and bytes(buf) == b"abcdefg"
+    buf.clear()
+    assert bytes(buf) == b"" and not buf
 
 
 def test_a_missing_method_stops_the_gateway_instead_of_running_unpatched():

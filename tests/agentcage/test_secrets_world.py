@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.agentcage.conftest import AGENT_UID, start_cage
-from tests.agentcage.test_gateway_world import canary, records_for, wait_for
+from tests.agentcage.test_gateway_world import canary, outcomes_for, records_for, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -47,10 +47,11 @@ def forms(value: bytes) -> list[bytes]:
             value.hex().encode(), "".join(f"%{b:02x}" for b in value).encode()]
 
 
-def secrets_cage(net, name: str):
+def secrets_cage(net, name: str, more: str = ""):
     """A running cage with the canary secret ENV=VALUE (rule: EXTRA) and the leaked files
-    planted in its workspace (/workspace/leaked.key, /workspace/leaked.bin)."""
-    gen = start_cage(net, name, ALLOW, extra=EXTRA)
+    planted in its workspace (/workspace/leaked.key, /workspace/leaked.bin). `more`: further
+    cage.yaml."""
+    gen = start_cage(net, name, ALLOW, extra=EXTRA + more)
     handle = next(gen)
     try:
         # set on the running cage: stored on the host, staged, and the gateway reloads
@@ -128,7 +129,9 @@ def test_server_echo_of_the_value_is_redacted(cage):
     (seen,) = [q for q in cage.net.http_requests() if q["path"].startswith(f"/echo/{c}/")]
     assert seen["path"] == f"/echo/{c}/{VALUE}?t={VALUE}"
     (rec,) = records_for(cage, "api.example.test", f"/echo/{c}/{ph}?t={ph}")
-    assert rec["secrets_injected"] == [ENV] and rec["secrets_redacted"] == [ENV]
+    assert rec["secrets_injected"] == [ENV]
+    (answered,) = outcomes_for(cage, "api.example.test", f"/echo/{c}/{ph}?t={ph}")
+    assert answered["secrets_injected"] == [ENV] and answered["secrets_redacted"] == [ENV]
 
 
 def test_value_is_nowhere_inside_the_cage(cage):

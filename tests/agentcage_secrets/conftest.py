@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcage.gateway.inspectors import InspectionContext
+from agentcage.inspect.protocol import InspectionContext
 from agentcage.policy import Policy
 
 SHM = Path("/dev/shm")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, RequestView
+from agentcage.inspect.protocol import Decision, InspectionContext, RequestView
 
 
 class PathPrefix:

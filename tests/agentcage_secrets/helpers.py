@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 
-from agentcage.gateway.inspectors import RequestView
+from agentcage.inspect.protocol import RequestView
 
 
 def systemd_creds_works() -> bool:

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
+import importlib
 import os
 
 import pytest
 
-import agentcage.gateway.inspectors as gateway_inspectors
+import agentcage.inspect.protocol as protocol
 from agentcage.errors import ConfigError
-from agentcage.gateway.inspectors import Decision
 from agentcage.inspect import ORDER, REGISTRY, build_chain, first_block, run_chain, run_one
 from agentcage.inspect.custom import load_custom
+from agentcage.inspect.protocol import Decision
 from agentcage.secrets import StagedSecret, mint, rule_from_config
 from tests.agentcage_secrets.helpers import request
 from tests.agentcage_secrets.samples import provider_samples
@@ -71,9 +72,12 @@ def test_custom_inspector_that_raises_blocks_through_the_chain(ctx):
 
 
 def test_one_registry_in_the_documented_order_fitting_the_gateway_protocol():
-    # the gateway keeps the protocol only: one registry, one chain runner
-    assert not hasattr(gateway_inspectors, "REGISTRY")
-    assert not hasattr(gateway_inspectors, "run_chain")
+    # the protocol module holds the protocol only: one registry, one chain runner elsewhere;
+    # the gateway no longer has an inspector module of its own
+    assert not hasattr(protocol, "REGISTRY")
+    assert not hasattr(protocol, "run_chain")
+    with pytest.raises(ImportError):
+        importlib.import_module("agentcage.gateway.inspectors")
     assert ORDER == ("domain", "secrets", "body-size", "entropy", "content-type")
     assert tuple(REGISTRY) == ORDER
     for name, factory in REGISTRY.items():

@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from agentcage.inspect.runs import WIDE_BYTES, ByteClass, ByteIndex, IndexCache, runs
+from agentcage.inspect.protocol import RequestView
+from agentcage.inspect.runs import WIDE_BYTES, ByteClass, ByteIndex, runs
 
 ALPHABET = b"ab0+/-_ .\n\x00\xffABCxyz19%\\"
 PLANT = b"0123456789abcdefABCDEF-_+/"
@@ -47,11 +48,12 @@ def test_index_falls_back_to_whole_data_when_fragmented():
     assert len(index.runs(ByteClass.ALNUM, 21)) == 5000
 
 
-def test_cache_hits_by_identity_only():
-    cache = IndexCache()
-    body = bytes(bytearray(b"same content"))
-    assert cache.index(body) is cache.index(body)
-    assert cache.index(bytes(bytearray(body))) is not cache.index(body)
+def test_the_body_index_is_built_once_per_request_and_goes_with_it():
+    view = RequestView("POST", "https", "h", 443, "/", (), b"same content " * 10)
+    assert view.body_index is view.body_index
+    again = RequestView("POST", "https", "h", 443, "/", (), view.body)
+    assert again.body_index is not view.body_index
+    assert RequestView("GET", "https", "h", 443, "/").body_index.data == b""
 
 
 def test_base64_decoding_is_shared():
@@ -118,3 +120,20 @@ def test_runs_shorter_than_the_wide_minimum_are_found_without_any_wide_run():
     index = ByteIndex(data)
     assert index.wide == [] and index.runs(ByteClass.ALNUM, 16) == [(2, 19)]
     assert index.runs(ByteClass.ALNUM, 24) == []
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sliced_marking_finds_the_same_wide_runs(seed, monkeypatch):
+    """Runs found a slice at a time (large data) equal those found over the whole data,
+    whatever slice boundaries they cross, long runs over several slices included."""
+    from agentcage.inspect import runs as runs_module
+
+    rng = random.Random(seed)
+    pieces = []
+    for _ in range(rng.randint(1, 40)):
+        pieces.append(bytes(rng.choice(ALPHABET) for _ in range(rng.randint(0, 120))))
+        pieces.append(b"A" * rng.choice([0, 5, 19, 20, 21, 64, 300]))
+    data = b"".join(pieces)
+    whole = runs_module._wide_runs(data.translate(runs_module._WIDE_TABLE), 10 ** 6)
+    monkeypatch.setattr(runs_module, "MARK_SLICE", rng.choice([7, 19, 20, 64, 97]))
+    assert runs_module._wide_runs_sliced(data, 10 ** 6) == whole

@@ -196,3 +196,35 @@ def test_probe_accepts_the_targets_file(tmp_path: Path) -> None:
     targets, overridden, error = probe.load_targets({"AGENTSEC_PROBE_TARGETS": str(path)})
     assert (overridden, error) == (True, None)
     assert list(targets["egress"]) == probe_targets(build_zone())["egress"]
+
+
+# --- compression bombs -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("encodings", [("gzip",), ("deflate",), ("br",), ("zstd",),
+                                       ("gzip", "gzip")])
+def test_bomb_payload_decodes_to_its_size_in_zeros(encodings):
+    from mitmproxy.net import encoding
+
+    from fakenet.bombs import payload
+
+    size = 3 * 1024 * 1024 + 5
+    data = payload(size, encodings)
+    for coding in reversed(encodings):
+        data = encoding.decode(data, coding)
+    assert data == bytes(size)
+    assert len(payload(64 * 1024 * 1024, encodings)) < 64 * 1024 * 1024 // 200  # a bomb
+
+
+def test_discard_path_counts_a_large_body_without_keeping_it():
+    parser = RequestParser()
+    size = 40 * 1024 * 1024  # over MAX_BODY: only /discard takes it
+    head = f"POST /discard/x HTTP/1.1\r\nHost: a\r\nContent-Length: {size}\r\n\r\n".encode()
+    done = parser.feed(head)
+    for _ in range(size // (1 << 20)):
+        done += parser.feed(bytes(1 << 20))
+        assert len(parser._buf) == 0  # nothing of it is held
+    done += parser.feed(b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert [r.target for r in done] == ["/discard/x", "/next"]
+    assert done[0].body == b"" and done[0].header("x-fakenet-discarded") == str(size)
+    with pytest.raises(HttpParseError):
+        RequestParser().feed(f"POST /x HTTP/1.1\r\nContent-Length: {size}\r\n\r\n".encode())

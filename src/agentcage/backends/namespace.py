@@ -23,10 +23,15 @@ from agentcage.backends import cgroups, host, netplan, workload
 from agentcage.backends.profile import CageMeta
 from agentcage.backends.sandbox import DEFAULT_PATH, SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
+from agentcage.gateway import obituary
+from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
+from agentcage.inspect.content_type import ContentTypeSettings
+from agentcage.inspect.entropy import EntropySettings
 from agentcage.secrets import cage as cage_secrets
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
+from agentcage.typed import from_mapping
 
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
@@ -269,14 +274,19 @@ class NamespaceBackend:
             rate_burst=config.rate_limit.burst,
             connect_timeout_seconds=config.gateway.connect_timeout_seconds,
             log_level=config.logging.level,
+            first_byte_timeout_seconds=config.gateway.first_byte_timeout_seconds,
+            idle_timeout_seconds=config.gateway.idle_timeout_seconds,
             max_request_body=config.max_request_body,
             secrets_path=str(secrets_path),
             reload_ack_path=str(cage_secrets.reload_ack_path(cage)),
             secret_injection=tuple(e.model_dump() for e in config.secret_injection),
-            entropy=config.entropy.model_dump(exclude_none=True),
-            content_type=config.content_type.model_dump(exclude_none=True),
+            entropy=from_mapping(EntropySettings, config.entropy.model_dump(exclude_none=True),
+                                 "entropy"),
+            content_type=from_mapping(ContentTypeSettings,
+                                      config.content_type.model_dump(exclude_none=True),
+                                      "content_type"),
             inspectors=tuple(i.model_dump() for i in config.inspectors),
-            capture=config.capture.model_dump(),
+            capture=from_mapping(CaptureSettings, config.capture.model_dump(), "capture"),
             capture_path=str(cage.capture),
         )
         host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))
@@ -379,4 +389,5 @@ class NamespaceBackend:
             pid = runtime.get("gateway_pid")
             if not pid or not host.alive(int(pid)):
                 runtime = {**runtime, "status": "broken"}
+                obituary.notice(cage.audit, int(pid) if pid else None)  # unless recorded
         return runtime

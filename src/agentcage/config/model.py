@@ -22,8 +22,16 @@ from pydantic import (
 )
 
 from agentcage.domains import DomainPattern, parse_pattern
+from agentcage.gateway.capture import CaptureSettings
+from agentcage.gateway.settings import GatewaySettings
+from agentcage.inspect.content_type import ContentTypeSettings
+from agentcage.inspect.entropy import EntropySettings
 from agentcage.mounts import target_refusal, written_source_refusal
 from agentcage.names import NAME_RE
+
+# Defaults of what the gateway enforces are declared once, by the gateway's own settings types;
+# this schema validates cage.yaml and takes them from there.
+_GW, _ENTROPY, _CAPTURE = GatewaySettings, EntropySettings(), CaptureSettings()
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 AGENT_HOME = "/home/agent"  # the cage's home directory (a tmpfs of its own at every command)
@@ -281,16 +289,16 @@ class SecretInjection(Strict):
 
 
 class RateLimit(Strict):
-    requests_per_second: Annotated[float, Field(gt=0)] = 10
-    burst: Annotated[int, Field(ge=1)] = 50
+    requests_per_second: Annotated[float, Field(gt=0)] = _GW.rate_per_second
+    burst: Annotated[int, Field(ge=1)] = _GW.rate_burst
 
 
 class Entropy(Strict):
-    enable: bool = True
-    body_threshold: Annotated[float, Field(gt=0, le=8)] = 7.0
-    body_min_bytes: Annotated[int, Field(ge=1)] = 256
-    value_threshold: Annotated[float, Field(gt=0, le=8)] = 5.5
-    value_min_bytes: Annotated[int, Field(ge=1)] = 64
+    enable: bool = _ENTROPY.enable
+    body_threshold: Annotated[float, Field(gt=0, le=8)] = _ENTROPY.body_threshold
+    body_min_bytes: Annotated[int, Field(ge=1)] = _ENTROPY.body_min_bytes
+    value_threshold: Annotated[float, Field(gt=0, le=8)] = _ENTROPY.value_threshold
+    value_min_bytes: Annotated[int, Field(ge=1)] = _ENTROPY.value_min_bytes
     # Optional refinements (unset: the inspector's defaults, see docs/cage.md).
     decoded_min_bytes: Annotated[int, Field(ge=16)] | None = None
     decoded_margin: Annotated[float, Field(ge=0, le=2)] | None = None
@@ -300,8 +308,8 @@ class Entropy(Strict):
 
 
 class ContentType(Strict):
-    enable: bool = True
-    base64_min_chars: Annotated[int, Field(ge=16)] = 256
+    enable: bool = ContentTypeSettings.enable
+    base64_min_chars: Annotated[int, Field(ge=16)] = ContentTypeSettings.base64_min_chars
     action: Literal["flag", "block"] | None = None
 
 
@@ -336,12 +344,12 @@ class Agents(Strict):
 
 
 class Capture(Strict):
-    enable_har: bool = False
-    max_body_size: Annotated[int, Field(ge=1024**2, le=10 * 1024**2)] = 1024**2
+    enable_har: bool = _CAPTURE.enable_har
+    max_body_size: Annotated[int, Field(ge=1024**2, le=10 * 1024**2)] = _CAPTURE.max_body_size
     # rotation: capture.jsonl is rotated when a line would take it past max_file_size;
     # max_files files are kept in all (so at most max_files * max_file_size on disk)
-    max_file_size: Annotated[int, Field(ge=1024**2)] = 64 * 1024**2
-    max_files: Annotated[int, Field(ge=1, le=100)] = 5
+    max_file_size: Annotated[int, Field(ge=1024**2)] = _CAPTURE.max_file_size
+    max_files: Annotated[int, Field(ge=1, le=100)] = _CAPTURE.max_files
     include_domains: list[Pattern] = Field(default_factory=list)
     exclude_domains: list[Pattern] = Field(default_factory=list)
 
@@ -370,7 +378,10 @@ class Gateway(Strict):
     uplink: Annotated[str, AfterValidator(_uplink)] = "host"
     trusted_networks: list[Annotated[str, AfterValidator(_network)]] = Field(default_factory=list)
     upstream_ca_files: list[str] = Field(default_factory=list)
-    connect_timeout_seconds: Annotated[int, Field(ge=1, le=60)] = 7
+    connect_timeout_seconds: Annotated[int, Field(ge=1, le=60)] = _GW.connect_timeout_seconds
+    first_byte_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = (
+        _GW.first_byte_timeout_seconds)
+    idle_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = _GW.idle_timeout_seconds
 
 
 def _ip(value: str) -> str:
@@ -391,7 +402,7 @@ class CageConfig(Strict):
     secrets: Secrets = Field(default_factory=Secrets)
     secret_injection: list[SecretInjection] = Field(default_factory=list)
     rate_limit: RateLimit = Field(default_factory=RateLimit)
-    max_request_body: Annotated[int, Field(ge=1)] = 10 * 1024**2
+    max_request_body: Annotated[int, Field(ge=1)] = _GW.max_request_body
     entropy: Entropy = Field(default_factory=Entropy)
     content_type: ContentType = Field(default_factory=ContentType)
     inspectors: list[CustomInspector] = Field(default_factory=list)

@@ -7,195 +7,55 @@
 
 The file lives in the cage's state directory on the host (0600, never inside the cage). It is
 bounded: when a write would pass `max_file_size`, the file is rotated (`capture.jsonl.1`, ...,
-keeping `max_files` files in all). Bodies are cut at `max_body_size`. A capture that fails is
-audited and traffic goes on: capture never decides anything.
+keeping `max_files` files in all). Bodies are cut at `max_body_size` (`snapshots.py`). A
+capture that fails is audited and traffic goes on: capture never decides anything. The lines
+are assembled and written by `recorder.FlowRecorder`, the one writer.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
+import functools
 import json
 import os
 import sys
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentcage.domains import parse_pattern
+from agentcage.domains import DomainMatcher, DomainRule, parse_pattern
 
 CAPTURE_VERSION = 1
-DEFAULT_MAX_BODY = 1024 * 1024
-DEFAULT_MAX_FILE = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class CaptureConfig:
-    enable: bool = False
-    max_body_size: int = DEFAULT_MAX_BODY
-    max_file_size: int = DEFAULT_MAX_FILE
+class CaptureSettings:
+    """cage.yaml's `capture` section, as the gateway gets it (declared here, once)."""
+
+    enable_har: bool = False
+    max_body_size: int = 1024 * 1024
+    max_file_size: int = 64 * 1024 * 1024
     max_files: int = 5
     include_domains: tuple[str, ...] = ()
     exclude_domains: tuple[str, ...] = ()
 
-    @classmethod
-    def from_settings(cls, raw: dict[str, Any] | None) -> CaptureConfig:
-        """From cage.yaml's `capture` section as the backend passes it to the gateway."""
-        raw = dict(raw or {})
-        return cls(
-            enable=bool(raw.get("enable_har", False)),
-            max_body_size=int(raw.get("max_body_size", DEFAULT_MAX_BODY)),
-            max_file_size=int(raw.get("max_file_size", DEFAULT_MAX_FILE)),
-            max_files=max(1, int(raw.get("max_files", 5))),
-            include_domains=tuple(raw.get("include_domains", ())),
-            exclude_domains=tuple(raw.get("exclude_domains", ())),
-        )
+    @functools.cached_property
+    def _include(self) -> DomainMatcher:
+        return DomainMatcher(DomainRule(parse_pattern(p)) for p in self.include_domains)
+
+    @functools.cached_property
+    def _exclude(self) -> DomainMatcher:
+        return DomainMatcher(DomainRule(parse_pattern(p)) for p in self.exclude_domains)
 
     def wants(self, host: str) -> bool:
-        """Whether flows to `host` are captured: include (if any) then exclude; a pattern covers
-        its name and every subdomain of it."""
-        if not self.enable:
+        """Whether flows to `host` are captured: include (if any) then exclude, with the
+        domain policy's own patterns and matcher (`domains.py`)."""
+        if not self.enable_har:
             return False
-        host = (host or "").rstrip(".").lower()
-        if self.include_domains and not any(_covers(p, host) for p in self.include_domains):
+        if self.include_domains and self._include.match(host or "") is None:
             return False
-        return not any(_covers(p, host) for p in self.exclude_domains)
-
-
-def _covers(pattern: str, host: str) -> bool:
-    p = parse_pattern(pattern)
-    return host == p.name or host.endswith("." + p.name)
-
-
-# ---- snapshots ---------------------------------------------------------------------------------
-
-def body_doc(data: bytes | None, size: int | None = None, cap: int = DEFAULT_MAX_BODY,
-             encoded: bool = False) -> dict[str, Any] | None:
-    """A body for the capture line: text when it is UTF-8, else base64; cut at `cap` bytes.
-    `size` is the full size when `data` was already cut; `encoded`: still content-encoded."""
-    if data is None:
-        return None
-    full = len(data) if size is None else size
-    cut = data[:cap]
-    doc: dict[str, Any] = {"size": full, "truncated": full > len(cut)}
-    if encoded:
-        doc["content_encoded"] = True
-    text = _utf8(cut, doc["truncated"])
-    if text is not None:
-        doc["text"] = text
-    else:
-        doc["base64"] = base64.b64encode(cut).decode()
-    return doc
-
-
-def _utf8(data: bytes, truncated: bool) -> str | None:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        # a cut in the middle of a character is still text
-        if truncated and e.start >= len(data) - 3:
-            with contextlib.suppress(UnicodeDecodeError):
-                return data[: e.start].decode("utf-8")
-        return None
-
-
-def body_bytes(doc: dict[str, Any] | None) -> bytes:
-    if not doc:
-        return b""
-    if "text" in doc:
-        return str(doc["text"]).encode("utf-8", "surrogateescape")
-    if "base64" in doc:
-        return base64.b64decode(doc["base64"])
-    return b""
-
-
-def message_body(message: Any, cap: int) -> dict[str, Any] | None:
-    """The (decoded) body of a mitmproxy message, bounded: a body that cannot be decoded within
-    `cap` bytes is kept as it came (cut), marked `content_encoded`."""
-    from agentcage.gateway.addon import BodyUnreadable, decoded_body
-
-    raw = message.raw_content
-    if raw is None:
-        return None
-    if not raw:
-        return body_doc(b"", cap=cap)
-    try:
-        return body_doc(decoded_body(message, cap), cap=cap)
-    except BodyUnreadable:
-        pass
-    encoded = bool(message.headers.get("content-encoding", "").strip().lower()
-                   not in ("", "identity"))
-    return body_doc(raw, cap=cap, encoded=encoded)
-
-
-def request_doc(req: Any, host: str, port: int, cap: int, body: bytes | None = None,
-                path: str | None = None,
-                headers: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
-    """A request snapshot (copies: later changes to the flow do not reach it)."""
-    return {
-        "method": req.method,
-        "scheme": req.scheme,
-        "host": host,
-        "port": port,
-        "path": req.path if path is None else path,
-        "http_version": req.http_version,
-        "headers": [[k, v] for k, v in (headers if headers is not None
-                                         else req.headers.items(multi=True))],
-        "body": body_doc(body, cap=cap) if body is not None else message_body(req, cap),
-    }
-
-
-def response_doc(resp: Any, cap: int,
-                 headers: Sequence[tuple[str, str]] | None = None) -> dict[str, Any]:
-    return {
-        "status": resp.status_code,
-        "reason": resp.reason,
-        "http_version": resp.http_version,
-        "headers": [[k, v] for k, v in (headers if headers is not None
-                                         else resp.headers.items(multi=True))],
-        "body": message_body(resp, cap),
-    }
-
-
-class WebSocketCapture:
-    """The messages of one WebSocket connection, both views, within one byte budget (`cap`,
-    shared by all messages of the connection) and `max_messages`; past them a message keeps
-    its direction, time and size but not its data (`omitted`)."""
-
-    def __init__(self, cap: int, max_messages: int = 1000):
-        self.cap = cap
-        self.max_messages = max_messages
-        self.used = 0
-        self.inbound: list[dict[str, Any]] = []
-        self.outbound: list[dict[str, Any]] = []
-        self.dropped = 0
-
-    def add(self, *, from_client: bool, ts: float, text: bool, inbound: bytes | None,
-            outbound: bytes | None, blocked: str | None = None) -> None:
-        """One message: `inbound` as the cage sent or received it, `outbound` as it went to or
-        came from the server (None: it never did, e.g. a blocked message)."""
-        if len(self.inbound) >= self.max_messages:
-            self.dropped += 1
-            return
-        kind = "send" if from_client else "receive"
-        for side, data in ((self.inbound, inbound), (self.outbound, outbound)):
-            if data is None:
-                continue
-            doc: dict[str, Any] = {"type": kind, "time": ts, "opcode": 1 if text else 2,
-                                   "size": len(data)}
-            if self.used + len(data) <= self.cap:
-                self.used += len(data)
-                if text:
-                    doc["text"] = data.decode("utf-8", "replace")
-                else:
-                    doc["base64"] = base64.b64encode(data).decode()
-            else:
-                doc["omitted"] = "over the capture budget"
-            if blocked is not None and side is self.inbound:
-                doc["blocked"] = blocked
-            side.append(doc)
+        return self._exclude.match(host or "") is None
 
 
 # ---- the file ----------------------------------------------------------------------------------
@@ -204,8 +64,8 @@ class CaptureLog:
     """Appends lines to a 0600 file and rotates it at `max_file_size`. Never raises: a failure is
     reported once to `on_failure` (until a write succeeds again) and the line is dropped."""
 
-    def __init__(self, path: Path, config: CaptureConfig,
-                 on_failure: Callable[[str], None] | None = None):
+    def __init__(self, path: Path, config: CaptureSettings,
+                 on_failure: Callable[[str], object] | None = None):
         self.path = Path(path)
         self.config = config
         self.on_failure = on_failure
@@ -326,7 +186,3 @@ def read_capture(paths: Iterable[Path]) -> tuple[list[dict[str, Any]], int]:
             else:
                 skipped += 1
     return records, skipped
-
-
-def now() -> float:
-    return time.time()

@@ -1,12 +1,17 @@
-"""Content-Encoding undone piece by piece, in bounded memory (for streamed response bodies).
+"""The ONE decoder of Content-Encoding, for every body: requests, buffered and streamed
+responses, the capture. Bounded in memory and in output.
 
-A response too large to buffer is still redacted, and redaction needs the decoded text: a real
-value inside gzip is not visible as bytes. Each decoder takes the body in the pieces the server
-sent and gives back decoded pieces of at most `PIECE` bytes, so a compression bomb costs one
-piece of memory at a time, never its inflated size. The encodings are the ones mitmproxy itself
-decodes (gzip, deflate, br, zstd), with the libraries it already depends on; any other encoding,
-corrupt data, or a body that ends mid-stream raises DecodeError, and the gateway then cuts the
-response off (fail closed) instead of passing on what it could not check.
+Inspection and redaction need the decoded bytes: a key inside gzip is not visible as bytes.
+Each decoder takes the body in the pieces that arrive and gives back decoded pieces of at most
+`PIECE` bytes, so a compression bomb costs one piece of memory at a time, never its inflated
+size. `Bounded` adds the two limits every use has: a total output bound (a buffered body must
+fit in memory) and a ratio bound (past `RATIO_FREE` decoded bytes, no more than `MAX_RATIO`
+decoded bytes per encoded byte: a 1 MiB gzip response that would inflate to 1 GiB is a bomb,
+not a download). Past either, `BoundExceeded` is raised and the caller fails closed.
+
+The encodings are the ones mitmproxy itself decodes (gzip, deflate, br, zstd), with the
+libraries it already depends on; any other encoding, corrupt data, or a body that ends
+mid-stream raises DecodeError, and the gateway then refuses or cuts off what it could not check.
 """
 
 from __future__ import annotations
@@ -23,10 +28,21 @@ except ImportError:  # pragma: no cover - depends on the Python version
     from backports import zstd
 
 PIECE = 256 * 1024
+# The ratio bound: past RATIO_FREE decoded bytes, a body may decode to at most MAX_RATIO bytes
+# per encoded byte. Real content stays far below it at that size (source code and JSON: 5-80x,
+# even repeated); a bomb is built to the format's limit (gzip ~1000x, br and zstd 10^4-10^6x),
+# and would cost the gateway CPU for every byte it still produced. Small bodies decode freely:
+# highly repetitive ones (the same line over and over) can pass 100x without being a threat.
+MAX_RATIO = 100
+RATIO_FREE = 64 * 1024 * 1024
 
 
 class DecodeError(Exception):
     """The body cannot be decoded (unknown encoding, corrupt, or cut short)."""
+
+
+class BoundExceeded(DecodeError):
+    """The body decodes past its output bound or its ratio bound (a compression bomb)."""
 
 
 class Decoder(Protocol):
@@ -188,12 +204,88 @@ def _one(encoding: str) -> Decoder:
 
 def decoder_for(header_values: Sequence[str]) -> Decoder:
     """The decoder for a response's Content-Encoding header values (all of them, in order)."""
-    encodings = [part.strip().lower() for value in header_values for part in value.split(",")
-                 if part.strip()]
-    decoders = [_one(e) for e in reversed(encodings) if e != "identity"]
+    decoders = [_one(e) for e in reversed(encodings(header_values)) if e != "identity"]
     if not decoders:
         return Identity()
     return decoders[0] if len(decoders) == 1 else Chain(decoders)
+
+
+class Bounded:
+    """A decoder with an output bound (None: none, a stream) and the ratio bound."""
+
+    def __init__(self, decoder: Decoder, output: int | None = None, ratio: int = MAX_RATIO,
+                 free: int = RATIO_FREE):
+        self._decoder = decoder
+        self.output, self.ratio, self.free = output, ratio, free
+        self.consumed = 0
+        self.produced = 0
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        self.consumed += len(data)
+        return self._checked(self._decoder.feed(data))
+
+    def finish(self) -> Iterator[bytes]:
+        return self._checked(self._decoder.finish())
+
+    def _checked(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        for piece in pieces:
+            self.produced += len(piece)
+            if self.output is not None and self.produced > self.output:
+                raise BoundExceeded(f"body decodes to more than {self.output} bytes")
+            if self.produced > self.free and self.produced > self.ratio * self.consumed:
+                raise BoundExceeded(
+                    f"body decodes to more than {self.ratio}x its {self.consumed} encoded "
+                    "bytes (a compression bomb)")
+            yield piece
+
+
+def decode_all(raw: bytes, header_values: Sequence[str], output: int,
+               ratio: int = MAX_RATIO) -> bytes:
+    """The whole body decoded, never more than `output` bytes (else BoundExceeded, having
+    held at most that much). An unencoded body is returned as it is, not copied."""
+    if not is_encoded(header_values):
+        if len(raw) > output:
+            raise BoundExceeded(f"body of more than {output} bytes")
+        return raw
+    decoder = Bounded(decoder_for(header_values), output, ratio)
+    out = bytearray()
+    view = memoryview(raw)
+    for start in range(0, len(raw), PIECE):
+        for piece in decoder.feed(bytes(view[start:start + PIECE])):
+            out += piece
+    for piece in decoder.finish():
+        out += piece
+    return bytes(out)
+
+
+def decode_prefix(raw: bytes, header_values: Sequence[str], cap: int) -> tuple[bytes, int | None]:
+    """At most the first `cap` decoded bytes, and the full decoded size when it was reached
+    without passing the ratio bound (None: not decoded to the end). For the capture, which
+    keeps a bounded prefix; raises DecodeError when even the prefix cannot be decoded."""
+    if not is_encoded(header_values):
+        return raw[:cap], len(raw)
+    decoder = Bounded(decoder_for(header_values), None)
+    kept = bytearray()
+    view = memoryview(raw)
+    try:
+        for start in range(0, len(raw), PIECE):
+            for piece in decoder.feed(bytes(view[start:start + PIECE])):
+                kept += piece[:cap - len(kept)]
+                if len(kept) >= cap:
+                    return bytes(kept), None
+        for piece in decoder.finish():
+            kept += piece[:cap - len(kept)]
+            if len(kept) >= cap:
+                return bytes(kept), None
+    except BoundExceeded:
+        return bytes(kept), None
+    return bytes(kept), decoder.produced
+
+
+def encodings(header_values: Sequence[str]) -> list[str]:
+    """The content codings named by Content-Encoding header values, in the order applied."""
+    return [part.strip().lower() for value in header_values for part in value.split(",")
+            if part.strip()]
 
 
 def is_encoded(header_values: Sequence[str]) -> bool:

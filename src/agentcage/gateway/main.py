@@ -17,19 +17,21 @@ import time
 from pathlib import Path
 
 from agentcage.addresses import UpstreamAddressRule
+from agentcage.gateway import obituary
 from agentcage.gateway import resolver as dns
-from agentcage.gateway.addon import Armour, CageAddon
+from agentcage.gateway.addon import CageAddon
+from agentcage.gateway.armour import Armour
 from agentcage.gateway.audit import AuditLog, AuditRecord
 from agentcage.gateway.ca import install_ca, make_ca
-from agentcage.gateway.capture import CaptureConfig, CaptureLog
+from agentcage.gateway.capture import CaptureLog
 from agentcage.gateway.firewall import TABLE
-from agentcage.gateway.inspectors import Decision
 from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
+from agentcage.inspect.protocol import Decision
 
 # cage.yaml logging.level -> mitmproxy's log level for gateway.log
 LOG_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
@@ -70,6 +72,13 @@ class _Ready:
         self.on_ready()
 
 
+async def _heartbeat(state_dir: Path, interval: float) -> None:
+    """A sign of life for whoever notices the gateway gone (see `obituary`)."""
+    while True:
+        obituary.heartbeat(state_dir)
+        await asyncio.sleep(interval)
+
+
 async def _count_drops(audit: AuditLog, interval: float) -> None:
     last: dict[str, int] = {}
     try:
@@ -84,7 +93,7 @@ def _summarise(audit: AuditLog, last: dict[str, int]) -> dict[str, int]:
     counts = read_counters()
     delta = {k: v - last.get(k, 0) for k, v in counts.items() if v - last.get(k, 0) > 0}
     if delta:
-        audit.write(
+        audit.write_or_say(
             AuditRecord("packets", "blocked", "packets dropped by the firewall", by="firewall",
                         extra={"dropped": delta, "dropped_total": counts})
         )
@@ -150,11 +159,11 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
             (_Disarmed("headers", reason), _Disarmed("body", reason)),  # type: ignore[arg-type]
             Injector((), ()), addon.armour.redactor,
         ))
-        audit.write(AuditRecord("config", "blocked", reason, by="secrets"))
+        audit.write_or_say(AuditRecord("config", "blocked", reason, by="secrets"))
         _ack(settings, None, reason)
         return
     addon.rearm(armour)
-    audit.write(AuditRecord("config", "allowed", "staged secrets reloaded", by="secrets",
+    audit.write_or_say(AuditRecord("config", "allowed", "staged secrets reloaded", by="secrets",
                             extra={"secrets": list(armour.names)}))
     _ack(settings, armour, None)
 
@@ -162,16 +171,15 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
 async def serve(settings: GatewaySettings, uplink: Uplink,
                 timings: dict[str, float] | None = None) -> int:
     audit_log = AuditLog(Path(settings.audit_path))
-    holder = PolicyHolder(Path(settings.policy_path), audit_log.write,
+    holder = PolicyHolder(Path(settings.policy_path), audit_log.write_or_say,
                           Path(settings.policy_ack_path) if settings.policy_ack_path else None)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
-    capture_config = CaptureConfig.from_settings(settings.capture)
     capture = None
-    if capture_config.enable and settings.capture_path:
+    if settings.capture.enable_har and settings.capture_path:
         capture = CaptureLog(
-            Path(settings.capture_path), capture_config,
-            on_failure=lambda reason: audit_log.write(
+            Path(settings.capture_path), settings.capture,
+            on_failure=lambda reason: audit_log.write_or_say(
                 AuditRecord("capture", "flagged", reason, by="capture")),
         )
     addon = CageAddon(
@@ -185,6 +193,8 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         limiter=HostRateLimiter(settings.rate_per_second, settings.rate_burst),
         fault_host=os.environ.get(FAULT_ENV) or None,
         capture=capture,
+        first_byte_timeout=settings.first_byte_timeout_seconds,
+        idle_timeout=settings.idle_timeout_seconds,
     )
     _ack(settings, armour, None)
     loop = asyncio.get_running_loop()
@@ -199,7 +209,9 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         settings.gateway_address, lambda: holder.current, audit_log.write,
         settings.blocked_dns_answer,
     )
-    udp, tcp = await dns.serve(cage_resolver, settings.gateway_address, settings.dns_port)
+    resolver_thread = dns.ResolverThread(cage_resolver, settings.gateway_address,
+                                         settings.dns_port)
+    resolver_thread.start()  # its own thread: the proxy's load never delays an answer
     started = time.monotonic()
 
     def ready() -> None:
@@ -233,6 +245,8 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
     tasks = [
         asyncio.create_task(holder.watch()),
         asyncio.create_task(_count_drops(audit_log, settings.counter_interval_seconds)),
+        asyncio.create_task(_heartbeat(Path(settings.audit_path).parent,
+                                       settings.counter_interval_seconds)),
     ]
     try:
         await master.run()
@@ -242,8 +256,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        udp.close()
-        tcp.close()
+        resolver_thread.stop()
         with contextlib.suppress(FileNotFoundError):
             Path(settings.ready_path).unlink()
         if capture is not None:
@@ -258,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", type=float, default=0.0,
                         help="seconds to wait for the settings file to appear")
     args = parser.parse_args(argv)
+    obituary.supervise(args.settings)  # returns in the gateway; its supervisor records its end
     t0 = time.monotonic()
     # The slow part, done while the backend builds the network: import mitmproxy, make a CA.
     preload()

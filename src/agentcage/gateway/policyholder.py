@@ -20,7 +20,7 @@ class PolicyHolder:
     the last good one), and says so in the audit log, until a valid file appears.
     """
 
-    def __init__(self, path: Path, audit: Callable[[AuditRecord], None],
+    def __init__(self, path: Path, audit: Callable[[AuditRecord], object],
                  ack_path: Path | None = None):
         self.path = Path(path)
         self._audit = audit

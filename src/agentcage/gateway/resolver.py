@@ -3,13 +3,15 @@
 Allowed names get an A record pointing at the gateway itself (the proxy resolves the real
 upstream later, by itself, only for allowed names); every other name gets the sinkhole address
 198.51.100.1 (or NXDOMAIN), at once. AAAA (IPv6 is off) and other types get an empty answer.
-Every query is audited with its decision.
+Every query is audited with its decision before it is answered; one that cannot be audited
+gets SERVFAIL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 from collections.abc import Callable
 
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
@@ -52,6 +54,13 @@ class CageResolver:
             allowed, reason = verdict.allowed, verdict.reason
         except Exception as e:  # fail closed
             allowed, reason = False, f"resolver error: {type(e).__name__}"
+        try:  # audited before it is answered: a query that cannot be audited is refused
+            self.audit(AuditRecord("dns", "allowed" if allowed else "blocked", reason,
+                                   host=name, method=qtype, by="resolver"))
+        except Exception:
+            refused = query.reply()
+            refused.header.rcode = RCODE.SERVFAIL
+            return refused.pack()
         if allowed:
             if question.qtype == QTYPE.A:
                 reply.add_answer(RR(question.qname, QTYPE.A, rdata=A(self.gateway_address),
@@ -61,16 +70,6 @@ class CageResolver:
         elif question.qtype == QTYPE.A:
             reply.add_answer(RR(question.qname, QTYPE.A, rdata=A(SINKHOLE_ADDRESS),
                                 ttl=ANSWER_TTL))
-        self.audit(
-            AuditRecord(
-                "dns",
-                "allowed" if allowed else "blocked",
-                reason,
-                host=name,
-                method=qtype,
-                by="resolver",
-            )
-        )
         return reply.pack()
 
 
@@ -111,3 +110,51 @@ async def serve(resolver: CageResolver, host: str, port: int):
     udp, _ = await loop.create_datagram_endpoint(lambda: _Udp(resolver), local_addr=(host, port))
     tcp = await asyncio.start_server(lambda r, w: _tcp_client(resolver, r, w), host, port)
     return udp, tcp
+
+
+class ResolverThread:
+    """The resolver on its own thread and event loop. On the proxy's loop, every answer waited
+    behind whatever the proxy was doing: under 200 concurrent TLS connections that was seconds,
+    near the cage's resolver timeout. Here an answer waits at most for the interpreter to
+    switch threads. The policy is read through one reference and the audit log takes a lock,
+    so both are safe to share. Create it from the thread that entered the gateway's network
+    namespace: a new thread inherits its creator's."""
+
+    def __init__(self, resolver: CageResolver, host: str, port: int):
+        self.resolver, self.host, self.port = resolver, host, port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Listen, or raise what stopped the listeners from starting."""
+        self._thread = threading.Thread(target=self._run, name="cage-resolver", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise RuntimeError("the resolver did not start")
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        try:
+            udp, tcp = loop.run_until_complete(serve(self.resolver, self.host, self.port))
+        except BaseException as e:
+            self._error = e
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            udp.close()
+            tcp.close()
+            loop.run_until_complete(tcp.wait_closed())
+            loop.close()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)

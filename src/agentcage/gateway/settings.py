@@ -6,6 +6,11 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from agentcage.gateway.capture import CaptureSettings
+from agentcage.inspect.content_type import ContentTypeSettings
+from agentcage.inspect.entropy import EntropySettings
+from agentcage.typed import from_mapping
+
 SINKHOLE_ADDRESS = "198.51.100.1"  # RFC 5737 TEST-NET-2: never routed
 
 
@@ -36,6 +41,8 @@ class GatewaySettings:
     rate_burst: int = 50
     connect_timeout_seconds: int = 7
     log_level: str = "warning"  # cage.yaml logging.level: what goes to gateway.log
+    first_byte_timeout_seconds: float = 300.0  # from the request leaving to the first answer
+    idle_timeout_seconds: float = 120.0  # longest silence of an upstream once it answers
     max_request_body: int = 10 * 1024 * 1024
     counter_interval_seconds: float = 2.0
     # Secrets and inspectors. `secrets_path`: the staged secrets (tmpfs, 0600), read at
@@ -45,14 +52,19 @@ class GatewaySettings:
     secrets_path: str = ""
     reload_ack_path: str = ""
     secret_injection: tuple[dict, ...] = ()  # cage.yaml secret_injection entries
-    entropy: dict = field(default_factory=dict)  # cage.yaml entropy (EntropySettings keys)
-    content_type: dict = field(default_factory=dict)  # cage.yaml content_type
+    # cage.yaml's sections, declared once as the gateway's own settings types; a mapping
+    # given for one (the backend passes model dumps) is converted once, here.
+    entropy: EntropySettings = field(default_factory=EntropySettings)
+    content_type: ContentTypeSettings = field(default_factory=ContentTypeSettings)
     inspectors: tuple[dict, ...] = ()  # cage.yaml custom inspectors: {name, config}
-    # Capture: cage.yaml `capture` (enable_har, max_body_size, max_file_size, max_files,
-    # include/exclude_domains) and the capture.jsonl it writes ("" = none).
-    capture: dict = field(default_factory=dict)
-    capture_path: str = ""
+    capture: CaptureSettings = field(default_factory=CaptureSettings)
+    capture_path: str = ""  # capture.jsonl ("" = none)
     extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, kind in (("entropy", EntropySettings), ("content_type", ContentTypeSettings),
+                           ("capture", CaptureSettings)):
+            object.__setattr__(self, name, from_mapping(kind, getattr(self, name), name))
 
     @property
     def proxy_ports(self) -> tuple[int, int]:

@@ -3,18 +3,19 @@
 Requests are always buffered whole (up to `max_request_body`) because every inspector must see
 the full body before a byte of it goes upstream. Responses are different: a cage must be able to
 download a 200 MiB wheel, and an LLM's server-sent events should reach the agent as they come.
-So a response whose size is unknown (chunked, HTTP/2 without Content-Length, read until close)
-or larger than `max_request_body` is streamed: each piece the server sends is decoded
-(`decoding`), redacted (`StreamRedactor`, which holds back only what could still become a real
-value), and passed on. Memory per response stays a few hundred KiB, whatever its size.
+So a response whose size is unknown (chunked, HTTP/2 without Content-Length, read until close),
+larger than `max_request_body`, or content-encoded while there is something to redact, is
+streamed: each piece the server sends is decoded (`decoding`, within its ratio bound),
+redacted (`StreamRedactor`, which holds back only what could still become a real value), and
+passed on. Memory per response stays a few hundred KiB, whatever its size.
 
 Because the redacted body may differ in length from the server's, a streamed response loses its
 Content-Length and Content-Encoding (the cage receives it decoded, chunked on HTTP/1.1). When no
 secret is staged there is nothing to redact and the body passes through as it came.
 
-If decoding fails halfway (corrupt data, a body cut short) the rest of the body is dropped and
-the flow is killed: the cage sees a broken transfer, never a complete-looking partial one, and
-the failure is audited.
+If decoding fails halfway (corrupt data, a body cut short, a compression bomb past the ratio
+bound) the rest of the body is dropped and the flow is killed: the cage sees a broken transfer,
+never a complete-looking partial one, and the failure is audited.
 
 mitmproxy has ONE `body_size_limit` for both directions, checked on a response's headers before
 any addon hook could choose to stream it; `mitmpatch.limit_request_bodies_only` narrows that
@@ -27,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agentcage.gateway.decoding import Decoder, decoder_for, is_encoded
+from agentcage.gateway.decoding import Bounded, Decoder, decoder_for, is_encoded
 from agentcage.secrets.redact import Redactor
 from agentcage.secrets.stream import StreamRedactor
 
@@ -121,11 +122,16 @@ def declared_length(headers: object) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def must_stream(method: str, status: int, headers: object, limit: int) -> bool:
-    """Whether a response must be streamed rather than buffered (see the module text)."""
+def must_stream(method: str, status: int, headers: object, limit: int,
+                redacting: bool = False) -> bool:
+    """Whether a response must be streamed rather than buffered (see the module text). A
+    content-encoded body that must be redacted is streamed whatever its length: decoding it
+    whole could take any multiple of its size, piece by piece it takes one piece."""
     if method == "HEAD" or status in BODILESS_STATUS or 100 <= status < 200:
         return False
     length = declared_length(headers)
+    if redacting and is_encoded(headers.get_all("content-encoding")):  # type: ignore[attr-defined]
+        return length != 0
     return length is None or length > limit
 
 
@@ -136,5 +142,5 @@ def plan(redactor: Redactor, content_encoding: Sequence[str], on_failure: Callab
     if redactor.empty:
         return ResponseStream(None, None, on_failure, capture_cap,
                               encoded=is_encoded(content_encoding))
-    return ResponseStream(decoder_for(content_encoding), StreamRedactor(redactor), on_failure,
-                          capture_cap)
+    return ResponseStream(Bounded(decoder_for(content_encoding)), StreamRedactor(redactor),
+                          on_failure, capture_cap)

@@ -140,8 +140,12 @@ class GatewayEventLoop(asyncio.SelectorEventLoop):
         family = socket.AF_INET6 if ip is not None and ip.version == 6 else socket.AF_INET
         sock = await self.connector.uplink.socket(family, socket.SOCK_STREAM)
         try:
-            async with asyncio.timeout(self.connector.timeout):
-                await self.sock_connect(sock, (address, int(port)))
+            try:
+                async with asyncio.timeout(self.connector.timeout):
+                    await self.sock_connect(sock, (address, int(port)))
+            except TimeoutError:  # said in words: mitmproxy reports str(error), empty otherwise
+                raise TimeoutError(f"agentcage: connect to {host}:{port} ({address}) timed out "
+                                   f"after {self.connector.timeout} s") from None
             return await super().create_connection(protocol_factory, sock=sock, **kwargs)
         except BaseException:
             sock.close()

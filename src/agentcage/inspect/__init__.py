@@ -1,32 +1,38 @@
-"""The gateway's inspectors: secrets, body-size, entropy, content-type, custom; the chain runner.
+"""The inspector chain: the protocol, the built-in inspectors (domain, secrets, body-size,
+entropy, content-type), custom ones, the one registry and the one chain runner.
 
-Every inspector satisfies `agentcage.gateway.inspectors.Inspector` (name, phase, inspect) and
-returns a Decision; nothing here imports mitmproxy.
+Every inspector satisfies `agentcage.inspect.protocol.Inspector` (name, phase, inspect) and
+returns a Decision; nothing here imports mitmproxy or the gateway.
+
+The names below are loaded on first use: the CLI imports the settings types of two inspectors
+(its cage.yaml schema takes their defaults) and should not pay for the secrets scanner.
 """
 
-from agentcage.inspect.body_size import BodySizeCounter, BodySizeInspector, BodyTooLarge
-from agentcage.inspect.chain import first_block, run_chain, run_one
-from agentcage.inspect.content_type import ContentTypeInspector, ContentTypeSettings
-from agentcage.inspect.custom import load_custom, load_custom_entries
-from agentcage.inspect.entropy import EntropyInspector, EntropySettings
-from agentcage.inspect.registry import ORDER, REGISTRY, build_chain
-from agentcage.inspect.secrets import SecretsInspector
+from __future__ import annotations
 
-__all__ = [
-    "ORDER",
-    "REGISTRY",
-    "BodySizeCounter",
-    "BodySizeInspector",
-    "BodyTooLarge",
-    "ContentTypeInspector",
-    "ContentTypeSettings",
-    "EntropyInspector",
-    "EntropySettings",
-    "SecretsInspector",
-    "build_chain",
-    "first_block",
-    "load_custom",
-    "load_custom_entries",
-    "run_chain",
-    "run_one",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "BodySizeCounter": "body_size", "BodySizeInspector": "body_size",
+    "BodyTooLarge": "body_size",
+    "first_block": "chain", "run_chain": "chain", "run_one": "chain",
+    "ContentTypeInspector": "content_type", "ContentTypeSettings": "content_type",
+    "load_custom": "custom", "load_custom_entries": "custom",
+    "DomainInspector": "domain",
+    "EntropyInspector": "entropy", "EntropySettings": "entropy",
+    "Decision": "protocol", "InspectionContext": "protocol", "Inspector": "protocol",
+    "RequestView": "protocol",
+    "ORDER": "registry", "REGISTRY": "registry", "ChainParts": "registry",
+    "build_chain": "registry",
+    "SecretsInspector": "secrets",
+}  # fmt: skip
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

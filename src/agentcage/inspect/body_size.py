@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Phase, RequestView
+from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
 
 DEFAULT_LIMIT = 10 * 1024 * 1024
 

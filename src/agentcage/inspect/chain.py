@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Inspector, Phase, RequestView
+from agentcage.inspect.protocol import Decision, InspectionContext, Inspector, Phase, RequestView
 
 
 def _name_of(inspector: object) -> str:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Phase, RequestView
-from agentcage.inspect.runs import IndexCache
+from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
 
 TEXT_TYPES = (
     "text/",
@@ -58,11 +57,8 @@ class ContentTypeInspector:
     name = "content-type"
     phase: Phase = "body"
 
-    def __init__(
-        self, settings: ContentTypeSettings | None = None, cache: IndexCache | None = None
-    ):
+    def __init__(self, settings: ContentTypeSettings | None = None):
         self.settings = settings or ContentTypeSettings()
-        self.cache = cache or IndexCache()
 
     def inspect(self, request: RequestView, ctx: InspectionContext) -> Decision:
         s = self.settings
@@ -73,7 +69,7 @@ class ContentTypeInspector:
         is_text = any(t in declared for t in TEXT_TYPES) if declared else _looks_like_text(body)
         if not is_text:
             return Decision("allow", f"not a text body ({declared or 'binary'})", self.name)
-        index = self.cache.index(body)
+        index = request.body_index
         if not index.might_hold(s.base64_min_chars):  # most text: no long run, no index built
             return Decision("allow", "no base64 blobs", self.name)
         for cls in index.base64_classes():

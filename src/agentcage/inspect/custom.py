@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentcage.errors import ConfigError
-from agentcage.gateway.inspectors import Inspector
+from agentcage.inspect.protocol import Inspector
 
 PHASES = ("headers", "body")
 

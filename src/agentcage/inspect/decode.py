@@ -2,7 +2,8 @@
 
 `views(data)` yields (encoding, bytes) pairs: the raw text, its URL-decoding, its JSON
 unescaping, the decoding of every base64 span (standard and URL-safe, at each of the four
-possible alignments) and hex span, and one more round of URL/JSON decoding inside those. Large
+possible alignments), hex, base32 and base85 span (`peel`'s span decoders), and the same again
+inside those, to `depth` levels and within a budget. Large
 data is not decoded wholesale: only the windows around long token-shaped runs are, which is
 where every provider key lives, so the work stays proportional to what could be a secret.
 """
@@ -13,22 +14,22 @@ import binascii
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from types import MappingProxyType
 from urllib.parse import unquote_to_bytes
 
 from agentcage.inspect.b64 import decode_loose
+from agentcage.inspect.peel import (
+    Budget,
+    PeelLimits,
+    base32_spans,
+    base85_spans,
+    json_unescape,
+    mixed_case,
+    texty,
+)
 from agentcage.inspect.runs import ByteClass, ByteIndex
 
-_JSON_ESCAPE = re.compile(rb"\\(u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
-_JSON_SIMPLE = MappingProxyType({
-    b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r",
-    b"t": b"\t",
-})  # fmt: skip
 _URL_ASCII = re.compile(rb"%[2-7][0-9a-fA-F]")
 _JSON_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
-_PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
-_UPPER = bytes(range(ord("A"), ord("Z") + 1))
-_LOWER = bytes(range(ord("a"), ord("z") + 1))
 Tokens = Callable[[int], bytes]  # ByteIndex.tokens: the token runs of at least n bytes
 
 
@@ -40,28 +41,11 @@ class DecodeLimits:
     min_base64: int = 24  # shortest base64 span decoded (18 bytes)
     min_hex: int = 32  # shortest hex span decoded (16 bytes)
     sample: int = 3 * 1024  # bytes of a large base64 span sampled to find its alignment
-    depth: int = 2  # decodings applied one inside the other (hex of base64 of a key: 2)
-
-
-def json_unescape(data: bytes) -> bytes:
-    def one(m: re.Match[bytes]) -> bytes:
-        code = m.group(1)
-        if code[:1] == b"u":
-            return chr(int(code[1:], 16)).encode("utf-8", "surrogatepass")
-        return _JSON_SIMPLE[code]
-
-    return _JSON_ESCAPE.sub(one, data)
-
-
-def _mixed_case(span: bytes) -> bool:
-    span = span[:1024]  # base64 mixes its alphabet early; a whole-span delete is slow
-    if span.islower() or span.isupper():  # one C pass, no copy: most identifiers end here
-        return False
-    return len(span.translate(None, _UPPER)) < len(span) > len(span.translate(None, _LOWER))
-
-
-def _texty(data: bytes) -> bool:
-    return bool(data) and len(data.translate(None, _PRINTABLE)) <= len(data) // 10
+    min_base32: int = 32  # shortest base32 span decoded (20 bytes)
+    min_base85: int = 50  # shortest base85 span decoded (40 bytes: the shortest key in it)
+    depth: int = 3  # decodings applied one inside the other (hex of base64 of a key: 2)
+    budget_ratio: int = 4  # decoded bytes in all, per byte of the data
+    budget_floor: int = 256 * 1024
 
 
 def _base64_alignments(span: bytes, urlsafe: bool, limits: DecodeLimits) -> list[int]:
@@ -72,7 +56,7 @@ def _base64_alignments(span: bytes, urlsafe: bool, limits: DecodeLimits) -> list
     for offset in range(4):
         for where in (0, len(span) // 2, len(span) - limits.sample - 8):
             start = where + (offset - where) % 4
-            if _texty(decode_loose(span[start : start + limits.sample], urlsafe)):
+            if texty(decode_loose(span[start : start + limits.sample], urlsafe)):
                 chosen.append(offset)
                 break
     # Random-looking everywhere: no text to find a key in; the entropy inspector judges it.
@@ -84,7 +68,7 @@ def _base64_views(index: ByteIndex, limits: DecodeLimits) -> Iterator[bytes]:
         urlsafe = cls is ByteClass.B64URL
         for a, b in index.runs(cls, limits.min_base64):
             span = index.data[a:b]
-            if not _mixed_case(span):
+            if not mixed_case(span):
                 continue  # identifiers like server_connect_error; base64 of anything mixes case
             if urlsafe and not span.translate(None, ByteClass.ALNUM.value):
                 continue  # only alphanumerics: already decoded as standard base64
@@ -101,6 +85,15 @@ def _hex_views(index: ByteIndex, limits: DecodeLimits) -> Iterator[bytes]:
                 yield binascii.unhexlify(part[: len(part) - len(part) % 2])
             except binascii.Error:
                 continue
+
+
+def _base32_views(index: ByteIndex, limits: DecodeLimits) -> Iterator[bytes]:
+    return base32_spans(index, limits.min_base32)
+
+
+def _base85_views(index: ByteIndex, limits: DecodeLimits) -> Iterator[bytes]:
+    return (decoded for _name, decoded in base85_spans(index, limits.min_base85,
+                                                         PeelLimits.margin))
 
 
 def _anchor_windows(data: bytes, anchors: tuple[bytes, ...], reach: int) -> list[bytes]:
@@ -157,6 +150,7 @@ def _may_hide_more(text: bytes, index: ByteIndex, limits: DecodeLimits) -> bool:
         b"%" in text
         or b"\\" in text
         or index.might_hold(min(limits.min_base64, limits.min_hex))
+        or bool(index.runs(ByteClass.PRINTABLE, limits.min_base85))  # base85 has punctuation
     )
 
 
@@ -166,15 +160,19 @@ def views(
     anchors: tuple[bytes, ...] = (),
     index: ByteIndex | None = None,
     depth: int = 0,
+    budget: Budget | None = None,
 ) -> Iterator[tuple[str, bytes, Tokens | None]]:
     """(encoding, text, tokens) to match patterns in; the first is always the raw candidates.
 
     `tokens` (ByteIndex.tokens) lets patterns that only match long token runs scan those runs
     alone (PatternSet.scan): a fraction of the text, or of the windows cut from large data.
     Decodings nest up to `limits.depth` levels (hex of base64, base64 inside a URL-encoded
-    form...); each level only decodes what the level above found, so nesting stays cheap.
+    form...); each level only decodes what the level above found, so nesting stays cheap, and
+    all levels together decode at most `budget_ratio` times the data.
     """
     limits = limits or DecodeLimits()
+    if budget is None:
+        budget = Budget(max(limits.budget_floor, limits.budget_ratio * len(data)))
     index = index if index is not None else ByteIndex(data)
     text = candidate_text(index, limits, anchors)
     deeper = depth < limits.depth and _may_hide_more(text, index, limits)
@@ -184,9 +182,12 @@ def views(
     if not deeper:
         return
     inner: list[tuple[str, bytes]] = list(_escaped_views(text))
-    for name, produce in (("base64", _base64_views), ("hex", _hex_views)):
+    for name, produce in (("base64", _base64_views), ("hex", _hex_views),
+                          ("base32", _base32_views), ("base85", _base85_views)):
         if decoded := b"\n".join(produce(index, limits)):
             inner.append((name, decoded))
     for name, decoded in inner:
-        for enc, view, tokens in views(decoded, limits, anchors, None, depth + 1):
+        if not budget.spend(len(decoded)):
+            continue
+        for enc, view, tokens in views(decoded, limits, anchors, None, depth + 1, budget):
             yield (name if enc == "raw" else f"{name}+{enc}"), view, tokens

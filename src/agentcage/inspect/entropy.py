@@ -1,11 +1,13 @@
-"""The `entropy` inspector: random-looking data leaving, raw or hex/base64-encoded.
+"""The `entropy` inspector: random-looking data leaving, raw or under layers of encoding.
 
 Shannon entropy of raw bytes follows the reference thresholds (body >= 7.0 bits/byte from 256
 bytes; query values and path segments >= 5.5 from 64 bytes). Encoded data slips under them:
-hex carries at most 4 bits per character and base64 at most 6. So every long hex or base64
-span (in the body, a query value, a path segment or a header) is also decoded and its bytes
-are compared with what uniformly random bytes of that length would give: entropy within
-`decoded_margin` of that is random data, whatever alphabet it travelled in. Known compressed
+hex carries at most 4 bits per character, base32 5, base64 6, base85 6.4. So every span of
+every encoding `peel` knows (in the body, a query value, a path segment or a header) is
+decoded, and what came out decoded again, up to `decode_depth` layers (base64 of hex of key
+material is two), within a budget; each layer's bytes are compared with what uniformly random
+bytes of that length would give: entropy within `decoded_margin` of that is random data,
+whatever alphabets it travelled in. Known compressed
 media (PNG, JPEG, gzip, zip...) is random by nature and is flagged rather than blocked, unless
 `media_action` says block. Raw bodies over 64 KiB are measured on 16 evenly spaced 4 KiB windows
 (the highest counts); encoded spans are always found in full, their decoding sampled the same way.
@@ -13,18 +15,16 @@ media (PNG, JPEG, gzip, zip...) is random by nature and is flagged rather than b
 
 from __future__ import annotations
 
-import binascii
 import bisect
-import functools
-import math
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote_to_bytes
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Phase, RequestView
-from agentcage.inspect.runs import ByteClass, ByteIndex, IndexCache
+from agentcage.inspect.peel import PeelLimits, peel
+from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
+from agentcage.inspect.runs import ByteIndex
+from agentcage.inspect.stats import random_expectation, shannon
 
 # Magic numbers of formats that are compressed (hence high-entropy) by design.
 MEDIA_MAGIC = (
@@ -42,8 +42,6 @@ MEDIA_MAGIC = (
 )
 
 
-_PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
-_PRINTABLE_BITS = math.log2(len(_PRINTABLE))
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 _MAGIC_MAX = max(len(m) for m in MEDIA_MAGIC)
 _PERCENTS_LOCATED = 4096  # or one per KiB of body: past that, URL-decode the body wholesale
@@ -63,46 +61,7 @@ class EntropySettings:
     sample_window: int = 4096
     sample_windows: int = 16  # large bodies: entropy of this many windows, evenly spaced
     media_action: Literal["flag", "block"] = "flag"
-
-
-def shannon(data: bytes, at_least: float = 0.0) -> float:
-    """Bits per byte; 0.0 early when it cannot reach `at_least` (H <= log2(distinct bytes))."""
-    if not data:
-        return 0.0
-    n = len(data)
-    if at_least > _PRINTABLE_BITS:
-        # Text cannot reach it: at most the printable bytes plus one value per other byte are
-        # distinct. Two C passes (no set of every byte) decide most windows of a text body.
-        distinct_at_most = len(_PRINTABLE) + len(data.translate(None, _PRINTABLE))
-        if math.log2(distinct_at_most) < at_least:
-            return 0.0
-    distinct = set(data)
-    if math.log2(len(distinct)) < at_least:
-        return 0.0
-    # bytes.count runs in C per distinct byte value: faster than a Counter for our sizes.
-    counts = [data.count(b) for b in distinct] if n <= 65536 else Counter(data).values()
-    return -sum(c / n * math.log2(c / n) for c in counts)
-
-
-@functools.lru_cache(maxsize=1024)  # a pure function of two integers; bodies repeat sizes
-def random_expectation(n: int, symbols: int = 256) -> float:
-    """Expected Shannon entropy (bits) of `n` independent uniform draws over `symbols` values."""
-    if n <= 1:
-        return 0.0
-    q = 1.0 / symbols
-    mean = n * q
-    top = min(n, int(mean + 12 * math.sqrt(mean) + 30))
-    total = 0.0
-    for c in range(1, top + 1):
-        log_pmf = (
-            math.lgamma(n + 1)
-            - math.lgamma(c + 1)
-            - math.lgamma(n - c + 1)
-            + c * math.log(q)
-            + (n - c) * math.log1p(-q)
-        )
-        total += math.exp(log_pmf) * (c / n) * math.log2(c / n)
-    return -symbols * total
+    decode_depth: int = 3  # layers of encoding peeled off (base64 of hex of random: 2)
 
 
 def _windows(size: int, window: int, count: int) -> list[tuple[int, int]]:
@@ -166,16 +125,10 @@ def percent_positions(data: bytes, limit: int) -> list[int] | None:
     return found
 
 
-def _decode_spans(index: ByteIndex, min_decoded: int) -> Iterator[tuple[str, bytes]]:
-    for span in index.spans(ByteClass.HEX, 2 * min_decoded):
-        try:
-            yield "hex", binascii.unhexlify(span[: len(span) - len(span) % 2])
-        except binascii.Error:
-            continue
-    min_chars = -(-4 * min_decoded // 3)
-    for cls in index.base64_classes():
-        for a, b in index.runs(cls, min_chars):
-            yield "base64", index.base64_decoded(a, b, 0, cls is ByteClass.B64URL)
+def _encoded_min(decoded: int) -> int:
+    """The fewest characters that can carry `decoded` bytes in any encoding peeled (base85,
+    the densest: 5 characters for 4 bytes)."""
+    return -(-5 * decoded // 4)
 
 
 def _query_parts(path: str) -> list[bytes]:
@@ -197,13 +150,15 @@ class EntropyInspector:
     name = "entropy"
     phase: Phase = "body"
 
-    def __init__(self, settings: EntropySettings | None = None, cache: IndexCache | None = None):
+    def __init__(self, settings: EntropySettings | None = None):
         self.settings = settings or EntropySettings()
-        self.cache = cache or IndexCache()
 
     def _decoded_verdict(self, where: str, index: ByteIndex, min_bytes: int) -> Decision | None:
+        """Random data under any layers of encoding (`peel`), judged layer by layer."""
         s = self.settings
-        for encoding, decoded in _decode_spans(index, min_bytes):
+        limits = PeelLimits(depth=s.decode_depth, min_chars=_encoded_min(min_bytes))
+        for layer in peel(index.data, limits, index):
+            decoded, encoding = layer.data, layer.path
             if len(decoded) < min_bytes:
                 continue
             sample = _sample(decoded, s.sample_window, s.sample_windows)
@@ -273,7 +228,7 @@ class EntropyInspector:
                         "high",
                     )
             min_bytes = s.header_min_bytes if is_header else s.decoded_min_bytes
-            if len(value) < -(-4 * min_bytes // 3):  # too short to hold that much base64
+            if len(value) < _encoded_min(min_bytes):  # too short to hold that much, encoded
                 continue
             verdict = self._decoded_verdict(where, ByteIndex(value), min_bytes)
             if verdict is not None and verdict.action == "block":
@@ -293,10 +248,8 @@ class EntropyInspector:
             if verdict is not None and verdict.action == "block":
                 return verdict
             flagged = flagged or verdict
-        shortest = min(2 * s.decoded_min_bytes, -(-4 * s.decoded_min_bytes // 3))  # hex, base64
-        index = self.cache.index(body)
-        if len(body) >= shortest and index.might_hold(shortest):
-            verdict = self._decoded_verdict("body", index, s.decoded_min_bytes)
+        if len(body) >= _encoded_min(s.decoded_min_bytes):
+            verdict = self._decoded_verdict("body", request.body_index, s.decoded_min_bytes)
             if verdict is not None and verdict.action == "block":
                 return verdict
             flagged = flagged or verdict

@@ -1,72 +1,101 @@
-"""The built-in inspectors, and how to build the whole chain from a cage's configuration.
+"""The ONE registry of built-in inspectors, in the order they run, and `build_chain`.
 
-`REGISTRY` is the ONE registry of built-in inspectors, in the order they run (every factory works
-without arguments, with the reference defaults). `build_chain` builds the configured chain in
-that order: domain, secrets, body-size, entropy, content-type, then custom inspectors.
+Each entry makes one inspector from the cage's `ChainParts` (its settings, its staged secrets
+and rules, the pattern set and the body index the inspectors of a request share); every entry
+also works with the default parts. `build_chain` walks the registry in order, then appends the
+custom inspectors of `inspectors:`: domain, secrets, body-size, entropy, content-type, custom.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from agentcage.errors import ConfigError
-from agentcage.gateway.inspectors import DomainInspector, Inspector
 from agentcage.inspect.body_size import BodySizeInspector, BodySizeSettings
 from agentcage.inspect.content_type import ContentTypeInspector, ContentTypeSettings
 from agentcage.inspect.custom import load_custom_entries
+from agentcage.inspect.domain import DomainInspector
 from agentcage.inspect.entropy import EntropyInspector, EntropySettings
-from agentcage.inspect.patterns import load_patterns
-from agentcage.inspect.runs import IndexCache
+from agentcage.inspect.patterns import PatternSet, load_patterns
+from agentcage.inspect.protocol import Inspector
 from agentcage.inspect.secrets import SecretsInspector
 from agentcage.secrets.rules import InjectionRule
 from agentcage.secrets.staging import StagedSecret
+from agentcage.typed import from_mapping
 
-REGISTRY: Mapping[str, Callable[[], Inspector]] = MappingProxyType(
+
+@dataclass(frozen=True)
+class ChainParts:
+    """Everything the built-in inspectors of one cage are made from."""
+
+    staged: tuple[StagedSecret, ...] = ()
+    rules: tuple[InjectionRule, ...] = ()
+    entropy: EntropySettings = field(default_factory=EntropySettings)
+    content_type: ContentTypeSettings = field(default_factory=ContentTypeSettings)
+    body_size: BodySizeSettings = field(default_factory=BodySizeSettings)
+    patterns: PatternSet | None = None  # None: the shipped patterns
+
+
+def _domain(p: ChainParts | None = None) -> Inspector:
+    return DomainInspector()
+
+
+def _secrets(p: ChainParts | None = None) -> Inspector:
+    p = p or ChainParts()
+    patterns = p.patterns if p.patterns is not None else load_patterns()
+    return SecretsInspector(patterns, p.staged, p.rules)
+
+
+def _body_size(p: ChainParts | None = None) -> Inspector:
+    return BodySizeInspector((p or ChainParts()).body_size)
+
+
+def _entropy(p: ChainParts | None = None) -> Inspector:
+    p = p or ChainParts()
+    return EntropyInspector(p.entropy)
+
+
+def _content_type(p: ChainParts | None = None) -> Inspector:
+    p = p or ChainParts()
+    return ContentTypeInspector(p.content_type)
+
+
+REGISTRY: Mapping[str, Callable[..., Inspector]] = MappingProxyType(
     {
-        "domain": DomainInspector,
-        "secrets": SecretsInspector,
-        "body-size": BodySizeInspector,
-        "entropy": EntropyInspector,
-        "content-type": ContentTypeInspector,
+        "domain": _domain,
+        "secrets": _secrets,
+        "body-size": _body_size,
+        "entropy": _entropy,
+        "content-type": _content_type,
     }
 )
 ORDER = tuple(REGISTRY)
-
-
-def _settings(cls: type, values: Mapping[str, Any] | Any, section: str) -> Any:
-    if not isinstance(values, Mapping):
-        values = values.model_dump() if hasattr(values, "model_dump") else dict(values or {})
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"{section}: unknown settings {unknown}; known: {sorted(known)}")
-    converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    return cls(**converted)
 
 
 def build_chain(
     *,
     staged: Sequence[StagedSecret] = (),
     rules: Sequence[InjectionRule] = (),
-    entropy: Mapping[str, Any] | Any = MappingProxyType({}),
-    content_type: Mapping[str, Any] | Any = MappingProxyType({}),
+    entropy: EntropySettings | Mapping[str, Any] | None = None,
+    content_type: ContentTypeSettings | Mapping[str, Any] | None = None,
     max_request_body: int | None = None,
     custom: Sequence[Any] = (),
     extra_patterns: Sequence[Mapping[str, Any]] = (),
     include_domain: bool = True,
 ) -> tuple[Inspector, ...]:
     """The full chain for one cage; bad settings or custom inspectors raise ConfigError."""
-    body = BodySizeSettings() if max_request_body is None else BodySizeSettings(max_request_body)
-    cache = IndexCache()  # one body index shared by the inspectors of a request
-    chain: list[Inspector] = [DomainInspector()] if include_domain else []
-    chain += [
-        SecretsInspector(load_patterns(extra_patterns), staged, rules, cache=cache),
-        BodySizeInspector(body),
-        EntropyInspector(_settings(EntropySettings, entropy, "entropy"), cache),
-        ContentTypeInspector(_settings(ContentTypeSettings, content_type, "content_type"), cache),
-    ]
+    parts = ChainParts(
+        staged=tuple(staged),
+        rules=tuple(rules),
+        entropy=from_mapping(EntropySettings, entropy, "entropy"),
+        content_type=from_mapping(ContentTypeSettings, content_type, "content_type"),
+        body_size=(BodySizeSettings() if max_request_body is None
+                   else BodySizeSettings(max_request_body)),
+        patterns=load_patterns(extra_patterns),
+    )
+    chain = [make(parts) for name, make in REGISTRY.items()
+             if include_domain or name != "domain"]
     chain += load_custom_entries(tuple(custom))
     return tuple(chain)

@@ -1,4 +1,4 @@
-"""Long runs of one byte class (alphanumerics, hex, base64) found at C speed.
+"""Long runs of one byte class (alphanumerics, hex, base64, base32, base85) found at C speed.
 
 A regex like `[0-9a-f]{256,}` is slow on base64 text: it starts a match at every hex character.
 Instead the data is mapped to 0/1 once (`bytes.translate`) and a needle of `min_len` ones is
@@ -24,6 +24,7 @@ _WIDE = _DIGITS + _LOWER + _UPPER + b"+/-_%\\"
 WIDE_MIN = 20
 WIDE_BYTES = frozenset(_WIDE)  # the bytes of token runs (`ByteIndex.wide`)
 WIDE_LIMIT = 4096  # or one run per 512 bytes of data, whichever is more
+MARK_SLICE = 1024 * 1024  # larger data is mapped to 0/1 a slice at a time
 
 
 def _table(chars: bytes) -> bytes:
@@ -52,7 +53,12 @@ class ByteClass:
     HEX = CharClass("hex", _DIGITS + b"abcdefABCDEF")
     B64STD = CharClass("base64", _DIGITS + _LOWER + _UPPER + b"+/")
     B64URL = CharClass("base64url", _DIGITS + _LOWER + _UPPER + b"-_")
-    ALL = (ALNUM, HEX, B64STD, B64URL)
+    B32 = CharClass("base32", _UPPER + b"234567")
+    B32_LOWER = CharClass("base32-lower", _LOWER + b"234567")  # as some write it
+    B85 = CharClass("base85", _DIGITS + _UPPER + _LOWER + b"!#$%&()*+-;<=>?@^_`{|}~")
+    A85 = CharClass("ascii85", bytes(range(ord("!"), ord("u") + 1)))
+    PRINTABLE = CharClass("printable", bytes(range(ord("!"), ord("~") + 1)))  # both base85s
+    ALL = (ALNUM, HEX, B64STD, B64URL, B32, B32_LOWER, B85, A85, PRINTABLE)
 
 
 def marks(data: bytes, cls: CharClass) -> bytes:
@@ -85,21 +91,64 @@ def runs_in_marks(
     return found
 
 
-def _wide_runs(marked: bytes, limit: int) -> list[tuple[int, int]] | None:
-    """(start, end) of each run of 0x01 at least WIDE_MIN long in `marked`; None past `limit`
-    runs. Two C searches per run: the Python loop runs once per run, not per byte."""
+def _runs_between(marked: bytes, min_len: int, limit: int, start: int = 0,
+                  end: int | None = None) -> list[tuple[int, int]] | None:
+    """(start, end) of each run of 0x01 at least `min_len` long in `marked[start:end]` (which
+    must end in 0x00 or at the end of `marked`); None past `limit` runs. Two C searches per
+    run: the Python loop runs once per run, not per byte."""
+    end = len(marked) if end is None else end
     found: list[tuple[int, int]] = []
     append, find = found.append, marked.find
-    needle = b"\x01" * WIDE_MIN
-    pos = 0
-    while (start := find(needle, pos)) >= 0:
-        pos = find(b"\x00", start + WIDE_MIN)
+    needle = b"\x01" * min_len
+    pos = start
+    while (at := find(needle, pos, end)) >= 0:
+        pos = find(b"\x00", at + min_len, end)
         if pos < 0:
-            pos = len(marked)
-        append((start, pos))
+            pos = end
+        append((at, pos))
         if len(found) > limit:
             return None
     return found
+
+
+def _wide_runs(marked: bytes, limit: int) -> list[tuple[int, int]] | None:
+    return _runs_between(marked, WIDE_MIN, limit)
+
+
+def runs_sliced(data: bytes, table: bytes, min_len: int,
+                limit: int) -> list[tuple[int, int]] | None:
+    """Runs of the class `table` maps to 1, at least `min_len` long, over the whole of `data`
+    mapped to 0/1 a slice of MARK_SLICE bytes at a time: a 100 MiB upload costs one slice of
+    memory here, not another 100 MiB. A run that reaches the end of a slice stays open into the
+    next one. None past `limit` runs."""
+    found: list[tuple[int, int]] = []
+    open_start: int | None = None  # where a run reaching the end of the last slice began
+    view = memoryview(data)
+    for base in range(0, len(data), MARK_SLICE):
+        marked = bytes(view[base:base + MARK_SLICE]).translate(table)
+        pos = 0
+        if open_start is not None:
+            first_zero = marked.find(b"\x00")
+            if first_zero < 0:
+                continue  # the open run goes on through all of this slice
+            if base + first_zero - open_start >= min_len:
+                found.append((open_start, base + first_zero))
+            open_start, pos = None, first_zero
+        last_zero = marked.rfind(b"\x00")
+        inner_end = last_zero + 1 if last_zero >= pos else pos
+        if inner_end < len(marked):
+            open_start = base + inner_end  # the run at the end of the slice: decided later
+        for a, b in _runs_between(marked, min_len, limit, pos, inner_end) or ():
+            found.append((base + a, base + b))
+        if len(found) > limit:
+            return None
+    if open_start is not None and len(data) - open_start >= min_len:
+        found.append((open_start, len(data)))
+    return None if len(found) > limit else found
+
+
+def _wide_runs_sliced(data: bytes, limit: int) -> list[tuple[int, int]] | None:
+    return runs_sliced(data, _WIDE_TABLE, WIDE_MIN, limit)
 
 
 class ByteIndex:
@@ -126,9 +175,13 @@ class ByteIndex:
 
     def _build(self) -> None:
         data = self.data
-        marked = self._marked if self._marked is not None else data.translate(_WIDE_TABLE)
-        self._marked = None  # as large as the data: not kept once the runs are known
-        wide = _wide_runs(marked, max(WIDE_LIMIT, len(data) // 512))
+        limit = max(WIDE_LIMIT, len(data) // 512)
+        if self._marked is not None or len(data) <= MARK_SLICE:
+            marked = self._marked if self._marked is not None else data.translate(_WIDE_TABLE)
+            self._marked = None  # as large as the data: not kept once the runs are known
+            wide = _wide_runs(marked, limit)
+        else:
+            wide = _wide_runs_sliced(data, limit)
         if wide is None:
             wide, self._fragmented = [(0, len(data))], True
         self._wide = wide
@@ -158,6 +211,8 @@ class ByteIndex:
         """False when no run of any class here is `min_len` long: then searching for one
         needs no index. Before the index is built this costs one translate and one find,
         far less than building it (small requests mostly hold no long run at all)."""
+        if len(self.data) > MARK_SLICE and min_len >= WIDE_MIN and not self._built:
+            self._build()  # large data: the sliced build, not a whole 0/1 copy of it
         if self._built and min_len >= WIDE_MIN:
             return self._longest >= min_len
         marked = self._marked if self._marked is not None else self.data.translate(_WIDE_TABLE)
@@ -192,8 +247,19 @@ class ByteIndex:
         if key not in self._memo:
             if cls.in_wide and min_len >= WIDE_MIN and min_len > self._longest:
                 self._memo[key] = []  # inside wide runs, all shorter: no translate, no search
+            elif (shorter := min((m for c, m in self._memo if c is cls and m < min_len),
+                                 default=None)) is not None:
+                # the runs of a shorter length, filtered: no second pass over the data
+                self._memo[key] = [(a, b) for a, b in self._memo[(cls, shorter)]
+                                   if b - a >= min_len]
             elif min_len < WIDE_MIN or not cls.in_wide:
-                self._memo[key] = runs(self.data, cls, min_len) or []
+                if len(self.data) > MARK_SLICE:
+                    # a limit no data can pass (runs of min_len and a byte between): every
+                    # run is found, none dropped for being too many
+                    self._memo[key] = runs_sliced(self.data, cls.table, min_len,
+                                                  len(self.data) // max(min_len, 1) + 1) or []
+                else:
+                    self._memo[key] = runs(self.data, cls, min_len) or []
             else:
                 if cls not in self._marks:
                     self._marks[cls] = marks(self._joined, cls)
@@ -227,22 +293,3 @@ class ByteIndex:
         i = bisect.bisect_right(self._starts, a) - 1
         base = self._wide[i][0] - self._starts[i]
         return a + base, b + base
-
-
-class IndexCache:
-    """Hands every inspector of one request the same ByteIndex for the same body object.
-
-    Holds only the latest (data, index) pair, swapped in one assignment, so concurrent requests
-    at worst recompute; identity (`is`), not equality, decides a hit.
-    """
-
-    def __init__(self) -> None:
-        self._last: tuple[bytes, ByteIndex] | None = None
-
-    def index(self, data: bytes) -> ByteIndex:
-        last = self._last
-        if last is not None and last[0] is data:
-            return last[1]
-        made = ByteIndex(data)
-        self._last = (data, made)
-        return made

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from agentcage.gateway.inspectors import Decision, InspectionContext, Phase, RequestView
 from agentcage.inspect.decode import DecodeLimits, views
 from agentcage.inspect.patterns import PatternSet, load_patterns
-from agentcage.inspect.runs import ByteIndex, IndexCache
+from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
+from agentcage.inspect.runs import ByteIndex
 from agentcage.secrets import placeholders
 from agentcage.secrets.encodings import MIN_ENCODED_LEN
 from agentcage.secrets.rules import InjectionRule
@@ -67,7 +67,6 @@ class SecretsInspector:
         secrets: Sequence[StagedSecret] = (),
         rules: Iterable[InjectionRule] = (),
         limits: DecodeLimits | None = None,
-        cache: IndexCache | None = None,
     ):
         self.patterns = patterns if patterns is not None else load_patterns()
         by_env = {r.env: r for r in rules}
@@ -75,7 +74,6 @@ class SecretsInspector:
             _Value(s.env, s.value, s.placeholder.token, by_env.get(s.env)) for s in secrets
         )
         self.limits = limits or DecodeLimits()
-        self.cache = cache or IndexCache()
         # Rules are immutable, so what a host may not receive is memoised per host.
         self._foreign: dict[str, _Foreign] = {}
 
@@ -103,7 +101,7 @@ class SecretsInspector:
                 return Decision("allow", "no credentials found", self.name)
         flags: list[str] = []
         for where, data in parts:
-            index = self.cache.index(data) if where == "body" else ByteIndex(data)
+            index = request.body_index if where == "body" else ByteIndex(data)
             found = self._scan(where, data, host, index)
             if found is None:
                 continue

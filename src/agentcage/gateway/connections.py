@@ -1,0 +1,47 @@
+"""Closing a flow's connections from a hook, where `flow.kill()` is not enough.
+
+mitmproxy acts on `flow.kill()` only at its next hook point: a WebSocket connection, a response
+still streaming, or a request waiting for an upstream that never answers would stay open. The
+proxy server's handler for the client connection owns every transport of the flow; closing
+them there is what a layer's CloseConnection would do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+
+def _handler(flow: Any) -> Any:
+    try:
+        from mitmproxy import ctx
+
+        server = ctx.master.addons.get("proxyserver")
+        return server.connections.get(flow.client_conn.id) if server else None
+    except Exception:  # no proxy server (unit tests): nothing to close
+        return None
+
+
+def close(flow: Any, *, client: bool = True, server: bool = True) -> bool:
+    """Close the flow's client and/or server connection now; False when no proxy server runs
+    (as in unit tests). `flow.kill()` is called too, for mitmproxy's own bookkeeping."""
+    with contextlib.suppress(Exception):
+        flow.kill()
+    handler = _handler(flow)
+    if handler is None:
+        return False
+    for conn, wanted in ((flow.client_conn, client), (flow.server_conn, server)):
+        if wanted and conn in handler.transports:
+            handler.close_connection(conn)
+    return True
+
+
+def transport(flow: Any, which: str) -> Any:
+    """The asyncio transport of the flow's `client` or `server` connection, or None."""
+    handler = _handler(flow)
+    if handler is None:
+        return None
+    conn = flow.client_conn if which == "client" else flow.server_conn
+    io = handler.transports.get(conn)
+    writer = getattr(io, "writer", None) if io is not None else None
+    return getattr(writer, "transport", None)

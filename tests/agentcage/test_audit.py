@@ -1,0 +1,76 @@
+"""audit.jsonl: every record written whole and in order, or not at all (then the caller
+refuses what it audited), and the outage itself recorded once writes work again.
+
+A file size limit (RLIMIT_FSIZE, set in a child process) makes the kernel cut writes short
+exactly as a full disk does, without mounting anything; the world test with a real full tmpfs
+is test_gateway_faults_world.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentcage.gateway.audit import AuditLog, AuditRecord, AuditUnavailable, read_audit
+
+CHILD = textwrap.dedent("""
+    import json, resource, signal, sys
+    from pathlib import Path
+    from agentcage.gateway.audit import AuditLog, AuditRecord, AuditUnavailable
+
+    path, limit = Path(sys.argv[1]), int(sys.argv[2])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: EFBIG or a short write
+    log = AuditLog(path)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    outcome = []
+    for i in range(40):
+        try:
+            log.write(AuditRecord("outbound", "allowed", "r" * 150, path=f"/{i}"))
+            outcome.append(True)
+        except AuditUnavailable:
+            outcome.append(False)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    log.write(AuditRecord("outbound", "allowed", "after", path="/after"))
+    print(json.dumps(outcome))
+""")
+
+
+def test_a_write_cut_short_leaves_no_torn_line_and_the_outage_is_recorded(tmp_path: Path):
+    path = tmp_path / "audit.jsonl"
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path), "4000"],
+                          capture_output=True, text=True, check=True)
+    outcome = json.loads(done.stdout)
+    assert True in outcome and False in outcome  # the limit was reached mid-run
+    assert outcome == sorted(outcome, reverse=True)  # nothing was written after a failure
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])  # none torn
+    records = read_audit(path)
+    written = [r["path"] for r in records if r["direction"] == "outbound"]
+    assert written == [f"/{i}" for i, ok in enumerate(outcome) if ok] + ["/after"]  # in order
+    (outage,) = [r for r in records if r["direction"] == "audit"]
+    assert outage["lost"] == outcome.count(False) and records[-2] == outage
+
+
+def test_records_are_whole_lines_appended_in_order(tmp_path: Path):
+    log = AuditLog(tmp_path / "a.jsonl")
+    for i in range(100):
+        log.write(AuditRecord("dns", "blocked", f"q{i}"))
+    log.close()
+    assert [r["reason"] for r in read_audit(tmp_path / "a.jsonl")] == [f"q{i}" for i in
+                                                                        range(100)]
+
+
+def test_an_unwritable_log_raises_and_says_so(tmp_path: Path, capsys):
+    log = AuditLog(tmp_path / "a.jsonl")
+    log.close()  # its descriptor is gone: every write fails
+    with pytest.raises(AuditUnavailable):
+        log.write(AuditRecord("outbound", "allowed", "x"))
+    assert not log.write_or_say(AuditRecord("config", "allowed", "policy loaded"))
+    assert "cannot audit" in capsys.readouterr().err
