@@ -315,18 +315,24 @@ def test_invalid_policy_reload_blocks_everything_then_recovers(cage):
 
 def test_only_the_uplink_thread_of_the_gateway_is_outside_the_gateway_namespace(cage):
     # the listeners, the resolver and every library thread live in the gateway namespace; one
-    # thread, which makes the upstream sockets, lives in the uplink namespace
+    # thread, which makes the upstream sockets, lives in the uplink namespace. (The gateway's
+    # supervisor, a one-thread process that only waits for it, stays where it was started.)
     import os
 
+    from agentcage.backends import host
     from agentcage.backends.netplan import NetPlan
 
-    pid = cage.runtime["gateway_pid"]
     gw_ns = os.stat(f"/run/netns/{NetPlan.from_dict(cage.runtime['plan']).gw_ns}").st_ino
     uplink_ns = os.stat(f"/run/netns/{cage.net.uplink_ns}").st_ino
+    pids = host.processes_citing(str(cage.cage.gateway_settings), "agentcage.gateway")
+    serving = [p for p in pids if os.stat(f"/proc/{p}/ns/net").st_ino == gw_ns]
+    assert len(serving) == 1, pids
+    supervisors = [p for p in pids if p not in serving]
+    assert all(len(os.listdir(f"/proc/{p}/task")) == 1 for p in supervisors)
     where = {}
-    for task in os.listdir(f"/proc/{pid}/task"):
-        comm = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
-        where[(task, comm)] = os.stat(f"/proc/{pid}/task/{task}/ns/net").st_ino
+    for task in os.listdir(f"/proc/{serving[0]}/task"):
+        comm = Path(f"/proc/{serving[0]}/task/{task}/comm").read_text().strip()
+        where[(task, comm)] = os.stat(f"/proc/{serving[0]}/task/{task}/ns/net").st_ino
     outside = {k: v for k, v in where.items() if v != gw_ns}
     assert list(outside.values()) == [uplink_ns], where
     assert len(where) > 1  # control: there are threads, and most are inside
