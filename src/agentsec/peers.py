@@ -10,9 +10,12 @@ the version it measures; another version installed is an error, not a silent sub
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -113,12 +116,34 @@ def missing_helpers(engine: str) -> list[str]:
     return [h for h in SRT_HELPERS if shutil.which(h) is None] if engine == "srt" else []
 
 
+SHARED_SETTINGS_DIR = Path("/var/tmp/agentsec-peer-settings")
+
+
 def settings_path(relative: str) -> str:
-    """A settings file shipped with the presets (data/peers/...), as a path srt can read."""
+    """A settings file shipped with the presets (data/peers/...), as a path srt can read, also
+    when it runs as another user: agentsec's own files may sit where that user cannot reach (a
+    checkout under a private directory), so a copy is kept, named by its content, in a
+    directory of our own that anyone may read (the settings are no secret)."""
     path = resources.files("agentsec.data").joinpath(relative)
     if not path.is_file():
         raise PeerError(f"preset settings {relative} are missing from agentsec's data")
-    return str(path)
+    data = path.read_bytes()
+    name = f"{hashlib.sha256(data).hexdigest()[:24]}-{Path(relative).name}"
+    directory = SHARED_SETTINGS_DIR
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o755)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        # /var/tmp is shared: a directory someone else made (or a link) is not ours to trust
+        raise PeerError(f"{directory} is not a directory of this user's that only it may write;"
+                        " remove it")
+    target = directory / name
+    if not target.is_file() or target.read_bytes() != data:
+        tmp = directory / f".{name}.{os.getpid()}"
+        tmp.write_bytes(data)
+        tmp.chmod(0o644)
+        tmp.replace(target)
+    return str(target)
 
 
 def peer_argv(
