@@ -49,6 +49,8 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="agentcage-bench-"))
     os.chmod(work, 0o755)
+    project = work / "project"  # beside the state root, never holding it
+    project.mkdir()
     env = {**os.environ, "AGENTCAGE_HOME": str(work / "home")}
     try:
         with FakeInternet() as net:
@@ -59,12 +61,12 @@ def main() -> None:
             python = median_ms([timed([sys.executable, "-c", "pass"]) for _ in range(args.runs)])
             preload = "from agentcage.gateway.proxy import preload; preload()"
             mitm = median_ms([timed([sys.executable, "-c", preload]) for _ in range(args.runs)])
-            cold = median_ms([timed([*CLI, "run", "minimal", "--project", str(work), *uplink,
+            cold = median_ms([timed([*CLI, "run", "minimal", "--project", str(project), *uplink,
                                      "--", "true"], env) for _ in range(args.runs)])
             config = work / "cage.yaml"
             config.write_text(f"name: bench\ndns_servers: [{net.dns_address}]\n"
                               f"gateway: {{uplink: 'netns:{host_ns}'}}\n")
-            timed([*CLI, "cage", "create", "-c", str(config), "--project", str(work)], env)
+            timed([*CLI, "cage", "create", "-c", str(config), "--project", str(project)], env)
             try:
                 warm_cli = median_ms([timed([*CLI, "exec", "bench", "--", "true"], env)
                                       for _ in range(args.runs)])
