@@ -3,9 +3,16 @@
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # `python -m agentcage.cli`: the plain `exec` and `shell` forms run
+    from agentcage import lean  # before click and rich are imported (see lean.py)
+
+    if lean.plain_form(sys.argv[1:]) is not None:
+        sys.exit(lean.main())
+
 import json
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -589,21 +596,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.main(args=list(argv) if argv is not None else None, prog_name="agentcage",
                  standalone_mode=False)
     except click.exceptions.Abort:
-        err.print("aborted")
-        return EXIT_ERROR
+        return report_abort()
     except click.ClickException as e:
         err.print(f"error: {e.format_message()}", markup=False)
         return EXIT_ERROR
     except AgentcageError as e:
-        for line in str(e).splitlines():
-            err.print(f"error: {line}", markup=False)
-        return EXIT_ERROR
+        return report(e)
     except KeyboardInterrupt:
         err.print("interrupted; cage removed" if argv is None else "interrupted")
         return 130
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_ERROR)
     return EXIT_OK
+
+
+# What ends a command, as the user sees it; lean.py reports through these too.
+
+def report(e: AgentcageError) -> int:
+    """One `error: ...` line per line of the message; the exit code."""
+    for line in str(e).splitlines():
+        err.print(f"error: {line}", markup=False)
+    return EXIT_ERROR
+
+
+def report_abort() -> int:
+    """A command interrupted (Ctrl-C, SIGTERM) or a question refused: click has closed the
+    terminal's ^C echo with a newline."""
+    err.print("aborted")
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -337,14 +337,7 @@ class NamespaceBackend:
 
     def _target(self, cage: CageDir) -> workload.Target:
         """The running cage's namespace and workload profile; refuses if anything is down."""
-        runtime = self.runtime(cage)
-        if runtime.get("status") != "running":
-            raise BackendError(f"cage {cage.name} is not running; `agentcage start {cage.name}`")
-        gw_pid = runtime.get("gateway_pid")
-        if not gw_pid or not host.alive(int(gw_pid)):
-            raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
-        return workload.Target(cage, netplan.NetPlan.from_dict(runtime["plan"]), self.meta(cage),
-                               tuple(str(d) for d in runtime.get("cgroups", ())))
+        return workload.running_target(cage)
 
     def status(self, cage: CageDir) -> dict:
         runtime = self.runtime(cage)

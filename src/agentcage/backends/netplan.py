@@ -12,7 +12,7 @@ one), so nothing here ever appears in, or changes, the host's namespace. Address
 from __future__ import annotations
 
 import ipaddress
-import secrets
+import os
 from dataclasses import dataclass
 
 CAGE_RANGE = ipaddress.ip_network("10.200.128.0/17")
@@ -22,7 +22,7 @@ GW_CAGE_IF, CAGE_IF = "cage0", "eth0"
 
 
 def new_suffix() -> str:
-    return secrets.token_hex(3)
+    return os.urandom(3).hex()  # what secrets.token_hex(3) is, without importing it
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def teardown_commands(p: NetPlan) -> list[list[str]]:
 
 
 def free_slot(used: set[int], start: int | None = None) -> int:
-    first = secrets.randbelow(SLOTS) if start is None else start
+    first = int.from_bytes(os.urandom(2)) % SLOTS if start is None else start
     for i in range(SLOTS):
         slot = (first + i) % SLOTS
         if slot not in used:
