@@ -55,6 +55,40 @@ def run(name: str, command: list[str] | None) -> int:
     return workload.run(target, command, interactive, capture=False).returncode
 
 
+# Commands that start a cage's gateway (`cage create` unless --no-start; `update` may restart)
+STARTING = (["run"], ["start"], ["restart"], ["cage", "create"], ["cage", "start"],
+            ["cage", "restart"], ["cage", "update"])
+
+
+def starts_a_cage(args: Sequence[str]) -> bool:
+    if any(a in ("-h", "--help", "--no-start") for a in args):
+        return False
+    return any(list(args[:len(verb)]) == verb for verb in STARTING)
+
+
+def warm_zygote() -> bool:
+    """Make sure the gateway zygote of the state root is up or starting, before the CLI is
+    even imported: its imports then overlap all the CLI does before it needs a gateway (the
+    first cage on a host waits for them). Best effort: the backend checks everything again
+    when it asks for a gateway, and spawns one itself if it cannot use a zygote. True if this
+    started one."""
+    from agentcage.backends import zygote
+    from agentcage.backends.gateways import gateway_environment
+    from agentcage.state import state_root
+
+    root = state_root()
+    return zygote.usable(root) and zygote.Client(root, gateway_environment()).warm()
+
+
+def unwarm_zygote() -> None:
+    """After a failed command: the zygote `warm_zygote` started stops unless a gateway came of
+    it (bad input, a cage that never got that far), rather than idle."""
+    from agentcage.backends import zygote
+    from agentcage.state import state_root
+
+    zygote.release(state_root())
+
+
 def _on_term(signum, frame):  # SIGTERM cleans up like Ctrl-C (finally blocks run)
     raise KeyboardInterrupt
 
@@ -64,9 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     plain = plain_form(args)
     if plain is None:
+        warmed = starts_a_cage(args) and warm_zygote()
         from agentcage.cli import main as full
 
-        return full(argv)
+        code = full(argv)
+        if warmed and code != 0:
+            unwarm_zygote()
+        return code
     signal.signal(signal.SIGTERM, _on_term)
     try:
         return run(*plain)

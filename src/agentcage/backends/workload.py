@@ -54,8 +54,8 @@ def running_target(cage: CageDir) -> Target:
     runtime = read_json(cage.runtime) if cage.runtime.exists() else {"status": "stopped"}
     if runtime.get("status") != "running":
         raise BackendError(f"cage {cage.name} is not running; `agentcage start {cage.name}`")
-    gw_pid = runtime.get("gateway_pid")
-    if not gw_pid or not host.alive(int(gw_pid)):
+    gw_pid, gw_start = runtime.get("gateway_pid"), runtime.get("gateway_start")
+    if not gw_pid or not host.is_process(int(gw_pid), None if gw_start is None else int(gw_start)):
         raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
     return Target(cage, netplan.NetPlan.from_dict(runtime["plan"]),
                   CageMeta.from_dict(read_json(cage.root / "meta.json")),
