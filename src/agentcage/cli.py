@@ -9,7 +9,7 @@ if __name__ == "__main__":  # `python -m agentcage.cli`: the plain `exec` and `s
     from agentcage import lean  # before click and rich are imported (see lean.py), and a
     # command that starts a cage starts the gateway zygote first
     if lean.plain_form(sys.argv[1:]) is not None or lean.starts_a_cage(sys.argv[1:]):
-        sys.exit(lean.main())
+        lean.entry()
 
 import json
 import signal

@@ -20,7 +20,7 @@ from tests.agentcage.test_cli import AGENTCAGE, agentcage, home  # noqa: F401  (
 from tests.terminal_driver import drive
 
 # the console script's entry point, as the generated `agentcage` script calls it
-ENTRY = [sys.executable, "-c", "import sys; from agentcage.lean import main; sys.exit(main())"]
+ENTRY = [sys.executable, "-c", "from agentcage.lean import entry; entry()"]
 HEAVY = ("click", "rich", "pydantic", "yaml", "mitmproxy", "agentcage.cages", "agentcage.cli",
          "agentcage.config", "agentcage.secrets.store")
 
@@ -53,7 +53,7 @@ def test_plain_forms_and_what_is_left_to_the_full_cli(args, plain):
 
 def test_the_console_script_enters_through_the_lean_path():
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["agentcage"] == "agentcage.lean:main"
+    assert pyproject["project"]["scripts"]["agentcage"] == "agentcage.lean:entry"
 
 
 def test_every_name_of_the_secrets_package_resolves_lazily():

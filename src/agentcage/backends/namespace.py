@@ -31,7 +31,6 @@ from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
-from agentcage.secrets import cage as cage_secrets
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
 
 if TYPE_CHECKING:
@@ -215,6 +214,8 @@ class NamespaceBackend:
         host.write_sysctls(plan.gw_ns, sysctls())
         atomic_write(cage.upstream_ca, upstream_bundle(config.gateway.upstream_ca_files))
         # The secret values go to the gateway only, through tmpfs; never into the cage.
+        from agentcage.secrets import cage as cage_secrets
+
         secrets_path = cage_secrets.stage_for_gateway(cage, config)
         settings = GatewaySettings(
             cage_name=cage.name,
@@ -277,12 +278,14 @@ class NamespaceBackend:
 
         `grace`: seconds the gateway gets to write its last packet summary (0 for a cage whose
         state is deleted right after, like an ephemeral run)."""
+        from agentcage.secrets import cage as cage_secrets
+
         runtime = self.runtime(cage) if cage.root.exists() else {}
         plan_data = runtime.get("plan")
         plan = netplan.NetPlan.from_dict(plan_data) if plan_data else None
         victims = []
         if plan is not None:
-            victims = host.pids_in_netns(plan.cage_ns) + host.pids_in_netns(plan.gw_ns)
+            victims = host.pids_in_netnses(plan.cage_ns, plan.gw_ns)
         gw_pid = recorded_gateway(runtime, cage)
         if gw_pid is not None:
             victims.append(gw_pid)

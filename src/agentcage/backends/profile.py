@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from agentcage.backends.sandbox import WORKSPACE
 from agentcage.errors import BackendError
-from agentcage.mounts import resolved_source_refusal
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
 
@@ -94,6 +93,8 @@ def resolve_volumes(config: CageConfig, base: Path, project: Path | None,
     Every source is checked again once resolved (`~`, relative paths, `..`, symlinks): what
     cage.yaml spells and what it names can differ. `protected`: directories no mount may reach
     (agentcage's own state)."""
+    from agentcage.mounts import resolved_source_refusal
+
     volumes = []
     proj = project
     for v in config.container.parsed_volumes():

@@ -21,7 +21,6 @@ off (every gateway is spawned directly).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import socket
 import stat
@@ -50,6 +49,8 @@ def import_root() -> str:
 
 def code_key() -> str:
     """This installation: interpreter, environment and import root."""
+    import hashlib
+
     from agentcage import __version__
 
     ident = "\0".join((os.path.realpath(sys.executable), sys.prefix, import_root(), __version__))

@@ -28,7 +28,6 @@ it failed). A child never returns into the zygote's loop.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import json
@@ -39,7 +38,6 @@ import socket
 import struct
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import NoReturn
 
@@ -326,6 +324,8 @@ class Zygote:
                 print(e.code, file=sys.stderr)
             code = e.code if isinstance(e.code, int) else 1
         except BaseException:
+            import traceback
+
             traceback.print_exc()
             code = 1
         finally:
@@ -337,6 +337,8 @@ class Zygote:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # here: the CLI imports this module for the protocol's few functions
+
     parser = argparse.ArgumentParser(prog="agentcage-zygote")
     parser.add_argument("--root", required=True, type=Path, help="the zygote directory")
     parser.add_argument("--key", required=True)
