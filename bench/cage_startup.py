@@ -10,7 +10,10 @@ Baselines, in the same run:
 - exec through the full CLI (`agentcage exec NAME true`: no `--`, so click parses it);
 - bare `bwrap --ro-bind / / --unshare-all true`, `python -c pass`, importing the part of
   mitmproxy the gateway uses (the floor of a start that has to import it), and the backend's
-  exec alone (no CLI start-up).
+  exec alone (no CLI start-up);
+- with `--before DIR`, `run` and `exec` of an earlier source tree of agentcage (DIR/src, e.g.
+  `git archive COMMIT src | tar -x -C DIR`), run as `python -m agentcage.cli` with it first on
+  PYTHONPATH: the code before these measures, in the same run.
 
 The cases are measured round-robin (one sample of each per round, medians reported) so that a
 change of the machine's load during the run weighs on all of them alike. Python writes its
@@ -20,7 +23,7 @@ round is run first and not counted).
 Run with `python -P` (or from another directory) if bench/ holds a module named like a
 standard-library one.
 
-Usage (root): .venv/bin/python -P bench/cage_startup.py [--runs N]
+Usage (root): .venv/bin/python -P bench/cage_startup.py [--runs N] [--before DIR]
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--before", type=Path, help="an earlier source tree to measure too")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="agentcage-bench-"))
     os.chmod(work, 0o755)
@@ -91,6 +95,12 @@ def main() -> None:
                 "exec": lambda: timed([*CLI, "exec", "bench", "--", "true"], env),
                 "backend": lambda: _backend_exec(work),
             }
+            if args.before:
+                old = {**env, "PYTHONPATH": str(args.before.resolve() / "src")}
+                old_cli = [sys.executable, "-m", "agentcage.cli"]
+                cases["before_run"] = lambda: timed([*old_cli, *run[len(CLI):]], old)
+                cases["before_exec"] = lambda: timed([*old_cli, "exec", "bench", "--", "true"],
+                                                     old)
             samples: dict[str, list[float]] = {name: [] for name in cases}
             try:
                 for round_ in range(args.runs + 1):
@@ -119,6 +129,9 @@ def report(ms: dict[str, float], runs: int) -> None:
         ("exec through the CLI (lean path)", "exec"),
         ("backend exec (no CLI start-up)", "backend"),
     ]
+    if "before_run" in ms:
+        rows += [("run, the code before (--before)", "before_run"),
+                 ("exec, the code before (--before)", "before_exec")]
     print(f"median of {runs} rounds")
     print(f"{'case':52} {'median ms':>10} {'x bwrap':>8}")
     for label, key in rows:
@@ -129,9 +142,10 @@ def report(ms: dict[str, float], runs: int) -> None:
         return (f"{name}: {ms[key]:.0f} ms < {target:.0f} ms {met}; "
                 f"{ms[against] / ms[key]:.1f}x faster than {against} ({ms[against]:.0f} ms)")
 
-    print(verdict("first cage", "first", 1000, "spawned"))
-    print(verdict("later cages", "later", 300, "spawned"))
-    print(verdict("exec", "exec", 100, "exec_full"))
+    before_run = "before_run" if "before_run" in ms else "spawned"
+    print(verdict("first cage", "first", 1000, before_run))
+    print(verdict("later cages", "later", 300, before_run))
+    print(verdict("exec", "exec", 100, "before_exec" if "before_exec" in ms else "exec_full"))
 
 
 def _backend_exec(work: Path) -> float:

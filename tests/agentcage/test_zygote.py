@@ -106,18 +106,23 @@ def test_gateways_come_from_one_zygote_that_holds_nothing_of_theirs(home, net): 
     assert _cli(home, "stop", "zya").returncode == 0
     assert _wait_gone(first["gateway_pid"])
     assert _alive(second["gateway_pid"]) and _alive(zpid)
-    # a stopped zygote takes no gateway with it
-    r = _cli(home, "zygote", "stop")
-    assert r.returncode == 0 and str(zpid) in r.stdout, r.stderr
+    assert f"gateway zygote: running, pid {zpid}" in _cli(home, "doctor").stdout
+    # prune stops it (the cages are whole: they stay), and a stopped zygote takes no gateway
+    r = _cli(home, "prune", "-y")
+    assert r.returncode == 0 and "nothing to prune" in r.stdout, r.stderr
     assert _wait_gone(zpid) and not sock.exists()
     assert _alive(second["gateway_pid"])
     assert _cli(home, "exec", "zyb", "--", "sh", "-c", CURL).stdout == "200"
     assert "not running" in _cli(home, "zygote", "status").stdout
+    assert "gateway zygote: not running" in _cli(home, "doctor").stdout
     # the next start makes a new one
     assert _cli(home, "start", "zya").returncode == 0
     (again,) = _zygotes(home)
     assert again["pid"] != zpid and procfs.parent(_runtime(home, "zya")["gateway_pid"]) == \
         again["pid"]
+    r = _cli(home, "zygote", "stop")
+    assert r.returncode == 0 and str(again["pid"]) in r.stdout, r.stderr
+    assert _wait_gone(again["pid"]) and "none running" in _cli(home, "zygote", "stop").stdout
 
 
 def _impostor(sock_path: Path, argv: list[str] | None = None,
@@ -250,11 +255,23 @@ def test_a_zygote_whose_code_changed_refuses_to_fork_and_exits(root):
         while time.monotonic() < deadline and not sock_path.exists():
             time.sleep(0.02)
         assert _ask(sock_path, {"op": "ping"})["forks"] == 0
-        # the control: it forks (the child finds no settings and says so in its log)
+        # the control: it forks; and a child that nobody recorded (here: the connection is
+        # closed without `go`) exits having done nothing
         missing = root / "no-such-gateway.json"
         reply = _ask(sock_path, {"op": "fork", "settings": str(missing), "wait": 0},
                      (gateway_log,))
         assert reply["ok"] and isinstance(reply["pid"], int), reply
+        assert _wait_gone(reply["pid"])
+        said = (root / "gateway.log").read_text()
+        assert "did not record this gateway" in said and "did not appear" not in said, said
+        # told to go, it runs the gateway (which finds no settings here and says so)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(60)
+            s.connect(str(sock_path))
+            server.send_message(s, {"op": "fork", "settings": str(missing), "wait": 0},
+                                (gateway_log,))
+            reply = server.receive_message(s)[0]
+            server.send_message(s, {"op": "go"})
         assert _wait_gone(reply["pid"])
         assert "did not appear" in (root / "gateway.log").read_text()
         # an upgrade lands: the zygote refuses, and goes

@@ -44,11 +44,23 @@ class GatewayProcess:
     pid: int
     start: int | None  # its start time (clock ticks since boot): None if it already ended
     popen: subprocess.Popen | None = None  # when it is our child
+    forked: zygotes.Forked | None = None  # when the zygote forked it: it waits for `go`
 
     def ended(self) -> bool:
         if self.popen is not None:
             return self.popen.poll() is not None
         return not host.is_process(self.pid, self.start)
+
+    def go(self) -> None:
+        """Once its pid and start time are recorded: a forked gateway may run (a spawned one
+        runs already, waiting for its settings)."""
+        if self.forked is not None:
+            self.forked.go()
+
+    def close(self) -> None:
+        """A forked gateway not let go exits."""
+        if self.forked is not None:
+            self.forked.close()
 
 
 def recorded_gateway(runtime: dict, cage: CageDir) -> int | None:
@@ -93,7 +105,8 @@ class Launcher:
         return Pending(process=self._spawn(cage))
 
     def launch(self, cage: CageDir, pending: Pending) -> GatewayProcess:
-        """The cage's gateway, once gateway.json is written."""
+        """The cage's gateway, once gateway.json is written. A forked one runs once told to
+        (`go`, after its identity is recorded)."""
         if pending.process is not None:
             return pending.process
         assert pending.zygote is not None
@@ -101,7 +114,7 @@ class Launcher:
         try:
             forked = pending.zygote.fork_gateway(cage.gateway_settings, log, READY_TIMEOUT,
                                                  timeout=READY_TIMEOUT)
-            return GatewayProcess(forked.pid, forked.start)
+            return GatewayProcess(forked.pid, forked.start, forked=forked)
         except zygotes.Unusable as e:
             with contextlib.suppress(OSError):
                 os.write(log, f"agentcage: the gateway zygote was not used ({e}); "

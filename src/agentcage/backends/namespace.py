@@ -250,9 +250,13 @@ class NamespaceBackend:
         host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))
         atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal
         proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
-        if pending.process is None:
-            write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
-                                      **_identity(proc)})
+        try:
+            if pending.process is None:
+                write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
+                                          **_identity(proc)})
+            proc.go()  # recorded: a forked gateway may serve (else it exits, doing nothing)
+        finally:
+            proc.close()
         self._wait_ready(cage, proc)
         runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
                    "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),

@@ -48,12 +48,14 @@ def import_root() -> str:
 
 
 def code_key() -> str:
-    """This installation: interpreter, environment and import root."""
+    """This installation: the interpreter as invoked (a venv's python and python3 start
+    zygotes with different command lines, so each has its own), its environment, the import
+    root and the version."""
     import hashlib
 
     from agentcage import __version__
 
-    ident = "\0".join((os.path.realpath(sys.executable), sys.prefix, import_root(), __version__))
+    ident = "\0".join((sys.executable, sys.prefix, import_root(), __version__))
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
@@ -82,7 +84,8 @@ class Place:
 
 
 def place(root: Path, key: str | None = None) -> Place:
-    return Place(root / DIRECTORY, key or code_key())
+    # absolute: the zygote runs in /, and a relative AGENTCAGE_HOME names the CLI's directory
+    return Place(Path(os.path.abspath(root)) / DIRECTORY, key or code_key())
 
 
 def usable(root: Path) -> bool:
@@ -94,8 +97,21 @@ def usable(root: Path) -> bool:
 
 @dataclass(frozen=True)
 class Forked:
+    """A gateway the zygote forked; it waits for `go` (sent once it is recorded) and exits if
+    the connection closes first."""
+
     pid: int
     start: int
+    connection: socket.socket
+
+    def go(self) -> None:
+        """Let it run (after recording its pid and start time)."""
+        with self.connection:
+            send_message(self.connection, {"op": "go"})
+
+    def close(self) -> None:
+        """Without `go`: it exits (also after `go`: harmless)."""
+        self.connection.close()
 
 
 class Unusable(Exception):
@@ -255,17 +271,20 @@ class Client:
 def _fork(p: Place, connection: tuple[socket.socket, int], settings: Path, log_fd: int,
           wait: float, timeout: float) -> Forked:
     sock, zygote_pid = connection
-    with sock:
+    try:
         reply = _ask(sock, {"op": "fork", "settings": str(settings), "wait": wait}, (log_fd,),
                      timeout=timeout)  # a zygote still importing answers once it is done
-    if not reply.get("ok"):
-        error = str(reply.get("error", "refused"))
-        raise (Stale if error.startswith("stale zygote") else Unusable)(error)
-    pid, started = reply.get("pid"), reply.get("start")
-    if not isinstance(pid, int) or not isinstance(started, int) or pid <= 0:
-        raise Unusable(f"the zygote answered {reply!r}")
-    _check_child(pid, started, zygote_pid)
-    return Forked(pid, started)
+        if not reply.get("ok"):
+            error = str(reply.get("error", "refused"))
+            raise (Stale if error.startswith("stale zygote") else Unusable)(error)
+        pid, started = reply.get("pid"), reply.get("start")
+        if not isinstance(pid, int) or not isinstance(started, int) or pid <= 0:
+            raise Unusable(f"the zygote answered {reply!r}")
+        _check_child(pid, started, zygote_pid)
+    except BaseException:
+        sock.close()  # a child it forked all the same sees the hang-up and exits
+        raise
+    return Forked(pid, started, sock)
 
 
 def _check_child(pid: int, started: int, zygote_pid: int) -> None:
@@ -281,7 +300,7 @@ def _check_child(pid: int, started: int, zygote_pid: int) -> None:
 def running(root: Path) -> list[dict]:
     """The zygotes of `root` that answer (any code version): pid and key."""
     found = []
-    directory = root / DIRECTORY
+    directory = place(root).directory
     if not directory.is_dir():
         return []
     for sock_file in sorted(directory.glob("*.sock")):
@@ -314,7 +333,7 @@ def stop_all(root: Path, timeout: float = 10.0) -> list[int]:
     """Stop every zygote of `root` (the gateways they forked run on); their pids."""
     stopped = []
     for z in running(root):
-        p = Place(root / DIRECTORY, z["key"])
+        p = place(root, z["key"])
         with contextlib.suppress(Unusable):
             sock, pid = connect(p)
             with sock:

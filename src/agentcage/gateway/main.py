@@ -264,12 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     return run(args.settings, args.wait, t0)
 
 
-def run(settings_path: Path, wait: float, t0: float | None = None) -> int:
-    """The gateway once its code is loaded: make the cage's CA, wait up to `wait` seconds for
-    the settings, take the uplink, enter the gateway namespace, serve. `main` runs it after
-    importing; so does a child of the gateway zygote (zygote.py), which imported it before."""
+def run(settings_path: Path, wait: float, t0: float | None = None, ca=None) -> int:
+    """The gateway once its code is loaded: make the cage's CA (unless `ca`, made by this
+    process, is given), wait up to `wait` seconds for the settings, take the uplink, enter the
+    gateway namespace, serve. `main` runs it after importing; so does a child of the gateway
+    zygote (zygote.py), which imported it before."""
     t0 = time.monotonic() if t0 is None else t0
-    ca_key, ca_cert = make_ca()
+    ca_key, ca_cert = ca if ca is not None else make_ca()
     t_prepared = time.monotonic()
     deadline = time.monotonic() + wait
     while not settings_path.exists():

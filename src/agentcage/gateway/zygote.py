@@ -11,12 +11,14 @@ open file but its lock, its log and its listener, nothing of any cage (it never 
 file: a request only names one). It does not make the cages' CAs: each child makes its own.
 
 A request (one per connection, from a peer of its own uid) names a cage's gateway.json and
-hands over the descriptor of its gateway.log. The zygote forks; the child closes the listener,
-the lock and the connection, takes the log as stdout and stderr and /dev/null as stdin, joins a
-session of its own, restores the signal dispositions of a fresh interpreter and runs what
-`python -m agentcage.gateway` runs after its imports (`main.run`: the CA, the settings, the
-uplink, the gateway namespace, the thread check, serving). The reply is the child's pid and
-start time: the identity the CLI records for `stop`.
+hands over the descriptor of its gateway.log. The zygote forks; the child closes the listener
+and the lock, takes the log as stdout and stderr and /dev/null as stdin, joins a session of its
+own, restores the signal dispositions of a fresh interpreter and makes the cage's CA. The reply
+is the child's pid and start time: the identity the CLI records for `stop`. Only once the CLI
+has recorded it, and says so on the connection, does the child go on to run what `python -m
+agentcage.gateway` runs after its imports (`main.run`: the settings, the uplink, the gateway
+namespace, the thread check, serving); if the CLI hangs up first (it gave up, or died), the
+child exits having done nothing: no gateway runs that no runtime.json names.
 
 The zygote refuses to fork, and exits, when it is not alone in its process (a thread) or
 holds a descriptor it should not, when a file of its loaded code changed on disk since it
@@ -47,6 +49,7 @@ IDLE_SECONDS = 15 * 60
 FIRST_IDLE_SECONDS = 60  # a zygote that has not forked a gateway yet (its cage failed early)
 MAX_REQUEST = 4096
 REQUEST_TIMEOUT = 5.0  # a peer that connects and says nothing does not hold the zygote up
+ADOPT_TIMEOUT = 30.0  # for the CLI to record a forked gateway before it may go on
 TICK = 0.5  # how often the zygote checks its socket and its idle time
 LOCK_WAIT = 2.0  # for a zygote that is on its way out (stale, stopped) to release the lock
 
@@ -127,6 +130,19 @@ def code_files() -> dict[str, tuple[int, int, int]]:
                 continue
             files[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
     return files
+
+
+def adopted(conn: socket.socket) -> bool:
+    """In a forked gateway: whether the CLI says it recorded this process (`go`), rather than
+    hanging up or saying nothing in time."""
+    conn.settimeout(ADOPT_TIMEOUT)
+    try:
+        message, fds = receive_message(conn)
+    except (OSError, ValueError):
+        return False
+    for fd in fds:
+        os.close(fd)
+    return message.get("op") == "go"
 
 
 def other_threads() -> str | None:
@@ -304,7 +320,6 @@ class Zygote:
             t0 = time.monotonic()
             assert self.listener is not None
             self.listener.close()
-            conn.close()
             os.close(self.lock_fd)  # the lock stays the zygote's alone
             os.setsid()
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
@@ -318,7 +333,14 @@ class Zygote:
             os.close(log_fd)
             from agentcage.gateway import main
 
-            code = main.run(settings, wait, t0)
+            ca = main.make_ca()  # while the CLI records this process
+            if not adopted(conn):
+                print("agentcage-gateway: the CLI did not record this gateway; exiting",
+                      file=sys.stderr)
+                code = 0
+            else:
+                conn.close()
+                code = main.run(settings, wait, t0, ca)
         except SystemExit as e:
             if isinstance(e.code, str):
                 print(e.code, file=sys.stderr)
