@@ -12,7 +12,8 @@ click ends any command. Errors are printed by the full CLI's own reporter, impor
 then, so a failure reads exactly as it does there.
 
 Anything else (an option, no `--`, a missing command, `--help`) is not parsed here at all: it
-goes to the full CLI, which parses and reports it.
+goes to the full CLI, which parses and reports it. A command that starts a cage gets one thing
+done first: the gateway zygote is started if none runs (see `warm_zygote`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ off (every gateway is spawned directly).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import stat
@@ -32,7 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage import procfs
-from agentcage.gateway.zygote import lock_path, receive_message, send_message, socket_path
+from agentcage.gateway.zygote import (
+    LOCK_WAIT,
+    lock_path,
+    receive_message,
+    send_message,
+    socket_path,
+)
 
 ENV = "AGENTCAGE_ZYGOTE"
 DIRECTORY = "zygote"
@@ -209,8 +216,10 @@ def _ask(sock: socket.socket, request: dict, fds: tuple[int, ...] = (),
 # ---- life ----------------------------------------------------------------------------------------
 
 def start(root: Path, env: dict[str, str]) -> None:
-    """Start a zygote for `root` in the background (no wait): detached from this process (its
-    own session, its parent init), with the environment `env` (the gateway's, built)."""
+    """Start a zygote for `root` in the background, detached from this process (its own
+    session, its parent init), with the environment `env` (the gateway's, built). Returns once
+    it holds its lock (tens of ms; its imports go on), so that no other CLI starts a second one
+    meanwhile, or after LOCK_WAIT if it never takes it."""
     from agentcage.state import ensure_private_dir
 
     p = place(root)
@@ -225,6 +234,25 @@ def start(root: Path, env: dict[str, str]) -> None:
                        stderr=log, env=env, check=True, timeout=10, cwd="/")
     finally:
         os.close(log)
+    deadline = time.monotonic() + LOCK_WAIT
+    while not lock_held(p) and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def lock_held(p: Place) -> bool:
+    """Whether a zygote holds the lock of `p`: one is running, starting (not bound yet) or on
+    its way out."""
+    try:
+        fd = os.open(p.lock, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # (a lock we got goes with the descriptor)
+    return False
 
 
 class Client:
@@ -244,9 +272,12 @@ class Client:
     def warm(self) -> bool:
         """Make sure a zygote is running or starting; never waits for its imports. True if
         this started it."""
+        p = place(self.root)
         try:
-            sock, _pid = connect(place(self.root))
+            sock, _pid = connect(p)
         except Absent:
+            if lock_held(p):
+                return False  # one is starting
             with contextlib.suppress(Unusable):
                 self._start()
             return self.started
@@ -260,12 +291,27 @@ class Client:
         (started now if there is none, or if the one there is stale); its output goes to
         `log_fd`. Unusable if no zygote can be used: the caller then spawns the gateway."""
         p = place(self.root)
-        if not self.started:
+        try:
+            return _fork(p, connect(p), settings, log_fd, wait, timeout)
+        except Absent:
+            pass
+        except Stale:
+            self._start()  # its replacement (which waits for the stale one to let go)
+        return _fork(p, self._await(p), settings, log_fd, wait, timeout)
+
+    def _await(self, p: Place) -> tuple[socket.socket, int]:
+        """A connection to the zygote that is starting, starting one if none is (or if the one
+        holding the lock turns out to be on its way out)."""
+        deadline = time.monotonic() + BIND_TIMEOUT
+        while True:
             try:
-                return _fork(p, connect(p), settings, log_fd, wait, timeout)
-            except (Absent, Stale):
-                self._start()
-        return _fork(p, connect(p, wait=BIND_TIMEOUT), settings, log_fd, wait, timeout)
+                return connect(p)
+            except Absent:
+                if time.monotonic() > deadline:
+                    raise
+                if not self.started and not lock_held(p):
+                    self._start()
+                time.sleep(0.005)
 
 
 def _fork(p: Place, connection: tuple[socket.socket, int], settings: Path, log_fd: int,
