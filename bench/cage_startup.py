@@ -1,16 +1,29 @@
-"""Cage start-up cost, measured in the fake internet, with baselines from the same run.
+"""Cage start-up cost, measured in the fake internet, each target against its baseline in one run.
 
-- cold: `agentcage run minimal -- true` (network, firewall, gateway with mitmproxy, sandbox,
-  teardown), as a user types it;
-- warm: `agentcage exec NAME -- true` into a cage whose gateway is already up (CLI included),
-  and the backend's exec alone (no CLI start-up);
-- baselines: bare `bwrap --ro-bind / / --unshare-all true`, `python -c pass`, and importing the
-  part of mitmproxy the gateway uses (the floor of a cold start: it cannot serve before that).
+Targets (the `agentcage` console script, as a user types it):
+- first cage: `agentcage run minimal -- true` with no gateway zygote running (the run starts
+  one and its gateway is forked from it): < 1 s;
+- later cages: the same with the zygote up: < 300 ms;
+- exec: `agentcage exec NAME -- true` into a cage whose gateway is up (the lean path): < 100 ms.
+Baselines, in the same run:
+- a cage whose gateway is spawned, as every cage's was (AGENTCAGE_ZYGOTE=off);
+- exec through the full CLI (`agentcage exec NAME true`: no `--`, so click parses it);
+- bare `bwrap --ro-bind / / --unshare-all true`, `python -c pass`, importing the part of
+  mitmproxy the gateway uses (the floor of a start that has to import it), and the backend's
+  exec alone (no CLI start-up);
+- with `--before DIR`, `run` and `exec` of an earlier source tree of agentcage (DIR/src, e.g.
+  `git archive COMMIT src | tar -x -C DIR`), run as `python -m agentcage.cli` with it first on
+  PYTHONPATH: the code before these measures, in the same run.
+
+The cases are measured round-robin (one sample of each per round, medians reported) so that a
+change of the machine's load during the run weighs on all of them alike. Python writes its
+bytecode caches as an installed package has them (PYTHONDONTWRITEBYTECODE is dropped, and one
+round is run first and not counted).
 
 Run with `python -P` (or from another directory) if bench/ holds a module named like a
 standard-library one.
 
-Usage (root): .venv/bin/python bench/cage_startup.py [--runs N]
+Usage (root): .venv/bin/python -P bench/cage_startup.py [--runs N] [--before DIR]
 """
 
 from __future__ import annotations
@@ -23,11 +36,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fakenet import FakeInternet
 
-CLI = [sys.executable, "-m", "agentcage.cli"]
+SCRIPT = Path(sys.executable).parent / "agentcage"
+CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "agentcage.cli"]
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -39,70 +54,108 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     return elapsed
 
 
-def median_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1000
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--before", type=Path, help="an earlier source tree to measure too")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="agentcage-bench-"))
     os.chmod(work, 0o755)
-    project = work / "project"  # beside the state directory, never containing it
-    project.mkdir(mode=0o755)
-    env = {**os.environ, "AGENTCAGE_HOME": str(work / "home")}
+    project = work / "project"  # beside the state root, never holding it
+    project.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["AGENTCAGE_HOME"] = str(work / "home")
+    spawned_env = {**env, "AGENTCAGE_ZYGOTE": "off"}
     try:
         with FakeInternet() as net:
             host_ns = net.add_client().netns  # plays the host's network: never the real one
-            uplink = ["--uplink", f"netns:{host_ns}", "--dns", net.dns_address]
-            bwrap = [median_ms([timed(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"])
-                                for _ in range(args.runs)])]
-            python = median_ms([timed([sys.executable, "-c", "pass"]) for _ in range(args.runs)])
-            preload = "from agentcage.gateway.proxy import preload; preload()"
-            mitm = median_ms([timed([sys.executable, "-c", preload]) for _ in range(args.runs)])
-            cold = median_ms([timed([*CLI, "run", "minimal", "--project", str(project), *uplink,
-                                     "--", "true"], env) for _ in range(args.runs)])
+            run = [*CLI, "run", "minimal", "--project", str(project), "--uplink",
+                   f"netns:{host_ns}", "--dns", net.dns_address, "--", "true"]
+            stop_zygote = [*CLI, "zygote", "stop"]
             config = work / "cage.yaml"
             config.write_text(f"name: bench\ndns_servers: [{net.dns_address}]\n"
                               f"gateway: {{uplink: 'netns:{host_ns}'}}\n")
-            timed([*CLI, "cage", "create", "-c", str(config), "--project", str(project)], env)
+            timed([*CLI, "cage", "create", "-c", str(config), "--project", str(project)],
+                  env)
+
+            def first() -> float:
+                timed(stop_zygote, env)  # not counted: the case is a host with none running
+                return timed(run, env)
+
+            preload = "from agentcage.gateway.proxy import preload; preload()"
+            cases: dict[str, Callable[[], float]] = {
+                "bwrap": lambda: timed(["bwrap", "--ro-bind", "/", "/", "--unshare-all",
+                                        "true"]),
+                "python": lambda: timed([sys.executable, "-c", "pass"], env),
+                "mitmproxy": lambda: timed([sys.executable, "-c", preload], env),
+                "spawned": lambda: timed(run, spawned_env),
+                "first": first,
+                "later": lambda: timed(run, env),
+                "exec_full": lambda: timed([*CLI, "exec", "bench", "true"], env),
+                "exec": lambda: timed([*CLI, "exec", "bench", "--", "true"], env),
+                "backend": lambda: _backend_exec(work),
+            }
+            if args.before:
+                old = {**env, "PYTHONPATH": str(args.before.resolve() / "src")}
+                old_cli = [sys.executable, "-m", "agentcage.cli"]
+                cases["before_run"] = lambda: timed([*old_cli, *run[len(CLI):]], old)
+                cases["before_exec"] = lambda: timed([*old_cli, "exec", "bench", "--", "true"],
+                                                     old)
+            samples: dict[str, list[float]] = {name: [] for name in cases}
             try:
-                warm_cli = median_ms([timed([*CLI, "exec", "bench", "--", "true"], env)
-                                      for _ in range(args.runs)])
-                warm_backend = median_ms(_backend_exec(work, args.runs))
+                for round_ in range(args.runs + 1):
+                    for name, case in cases.items():  # "later" follows "first": zygote up
+                        elapsed = case()
+                        if round_:  # the first round warms the caches: not counted
+                            samples[name].append(elapsed)
             finally:
                 timed([*CLI, "destroy", "-y", "bench"], env)
+                timed(stop_zygote, env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    base = bwrap[0]
+    report({name: statistics.median(v) * 1000 for name, v in samples.items()}, args.runs)
+
+
+def report(ms: dict[str, float], runs: int) -> None:
+    base = ms["bwrap"]
     rows = [
-        ("bwrap alone (baseline)", base),
-        ("python -c pass", python),
-        ("import the gateway's mitmproxy (floor)", mitm),
-        ("agentcage run minimal -- true (cold)", cold),
-        ("agentcage exec NAME -- true (gateway up)", warm_cli),
-        ("backend exec (gateway up, no CLI)", warm_backend),
+        ("bwrap alone (baseline)", "bwrap"),
+        ("python -c pass", "python"),
+        ("import the gateway's mitmproxy (floor w/o zygote)", "mitmproxy"),
+        ("run, gateway spawned (AGENTCAGE_ZYGOTE=off)", "spawned"),
+        ("run, first cage (starts the zygote)", "first"),
+        ("run, later cages (zygote up)", "later"),
+        ("exec through the full CLI (click)", "exec_full"),
+        ("exec through the CLI (lean path)", "exec"),
+        ("backend exec (no CLI start-up)", "backend"),
     ]
-    print(f"{'case':48} {'median ms':>10} {'x bwrap':>8}")
-    for name, ms in rows:
-        print(f"{name:48} {ms:10.1f} {ms / base:8.1f}")
-    print(f"cold start minus the mitmproxy import floor: {cold - mitm:.0f} ms")
-    print(f"targets: cold < 1000 ms ({'met' if cold < 1000 else 'NOT met'}), "
-          f"exec < 50 ms ({'met' if warm_backend < 50 else 'NOT met'} without CLI start-up)")
+    if "before_run" in ms:
+        rows += [("run, the code before (--before)", "before_run"),
+                 ("exec, the code before (--before)", "before_exec")]
+    print(f"median of {runs} rounds")
+    print(f"{'case':52} {'median ms':>10} {'x bwrap':>8}")
+    for label, key in rows:
+        print(f"{label:52} {ms[key]:10.1f} {ms[key] / base:8.1f}")
+
+    def verdict(name: str, key: str, target: float, against: str) -> str:
+        met = "met" if ms[key] < target else "NOT met"
+        return (f"{name}: {ms[key]:.0f} ms < {target:.0f} ms {met}; "
+                f"{ms[against] / ms[key]:.1f}x faster than {against} ({ms[against]:.0f} ms)")
+
+    before_run = "before_run" if "before_run" in ms else "spawned"
+    print(verdict("first cage", "first", 1000, before_run))
+    print(verdict("later cages", "later", 300, before_run))
+    print(verdict("exec", "exec", 100, "before_exec" if "before_exec" in ms else "exec_full"))
 
 
-def _backend_exec(work: Path, runs: int) -> list[float]:
+def _backend_exec(work: Path) -> float:
     from agentcage.cages import CageService
     from agentcage.state import StateStore
 
     service = CageService(StateStore(work / "home"))
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        service.exec_capture("bench", ["true"])
-        samples.append(time.perf_counter() - start)
-    return samples
+    start = time.perf_counter()
+    service.exec_capture("bench", ["true"])
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":

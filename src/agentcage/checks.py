@@ -112,6 +112,27 @@ def _limits() -> Check:
     )
 
 
+def _zygote() -> Check:
+    """Whether this state root's gateway zygote runs (information: a cage starts without)."""
+    from agentcage.backends import zygote
+    from agentcage.state import state_root
+
+    root = state_root()
+    if not zygote.usable(root):
+        return Check("gateway zygote", True, "not used here (turned off, not root, or a state "
+                     "root path too long for a socket): every gateway is spawned")
+    try:
+        sock, pid = zygote.connect(zygote.place(root))
+    except zygote.Absent:
+        return Check("gateway zygote", True, "not running: the next cage starts one")
+    except zygote.Unusable as e:
+        return Check("gateway zygote", True, f"not used ({e}): gateways are spawned",
+                     "agentcage zygote stop")
+    sock.close()
+    return Check("gateway zygote", True,
+                 f"running, pid {pid}: cages' gateways are forked from it (`agentcage zygote`)")
+
+
 CHECKS: tuple[Callable[[], Check], ...] = (
     _root,
     lambda: _binary("bwrap", "bubblewrap"),
@@ -129,7 +150,7 @@ CHECKS: tuple[Callable[[], Check], ...] = (
 )
 # Reported by `doctor`, but not required by every cage: a cage that sets no limit, or whose
 # limits the host offers, starts (the backend refuses one whose limits cannot be enforced).
-ADVISORY: tuple[Callable[[], Check], ...] = (_limits,)
+ADVISORY: tuple[Callable[[], Check], ...] = (_limits, _zygote)
 
 
 def run_checks(advisory: bool = True) -> list[Check]:

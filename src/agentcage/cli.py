@@ -3,39 +3,58 @@
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # `python -m agentcage.cli`: the plain `exec` and `shell` forms run
+    from agentcage import lean  # before click and rich are imported (see lean.py), and a
+    # command that starts a cage starts the gateway zygote first
+    if lean.plain_form(sys.argv[1:]) is not None or lean.starts_a_cage(sys.argv[1:]):
+        lean.entry()
+
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from agentcage import __version__
 from agentcage.completion import complete_cages, complete_scaffolds
 from agentcage.config.scaffolds import scaffold_config, scaffold_names, scaffold_text
 from agentcage.errors import AgentcageError, ConfigError
-from agentcage.output import (
-    cages_lines,
-    doctor_document,
-    document,
-    domains_lines,
-    secrets_lines,
-)
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
-out = Console(highlight=False, soft_wrap=True, emoji=False)  # ":secret:" is no emoji
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+class _Console:
+    """rich's Console, made when a command first prints: most print a line or nothing, and
+    importing rich is a good part of the CLI's start-up (so is agentcage.output, which renders
+    with rich: the commands that use it import it)."""
+
+    def __init__(self, **options):
+        self._options, self._console = options, None
+
+    def __getattr__(self, name: str):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+out = _Console(highlight=False, soft_wrap=True, emoji=False)  # ":secret:" is no emoji
+err = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _service():
+    from agentcage.backends.namespace import NamespaceBackend
     from agentcage.cages import CageService
+    from agentcage.state import StateStore
 
-    return CageService()
+    store = StateStore()  # the CLI's gateways come from the state root's zygote when they can
+    return CageService(store, NamespaceBackend(store, use_zygote=True))
 
 
 def _command(args: Sequence[str]) -> list[str]:
@@ -232,6 +251,8 @@ def _emit(doc: dict) -> None:
 
 def _ls(as_json: bool) -> None:
     """The cages on this machine, with their status and lifecycle."""
+    from agentcage.output import cages_lines, document
+
     rows = _service().ls()
     if as_json:
         _emit(document("cages", cages=rows))
@@ -311,24 +332,31 @@ def _logs_command():
                 return
             out.print(json.dumps(rec) if as_json else format_record(rec), markup=False)
 
-        for rec in svc.audit(name):
-            show(rec)
         if not follow:
+            for rec in svc.audit(name):
+                show(rec)
             return
-        position = path.stat().st_size if path.exists() else 0
+        # Followed by byte offset from the one read that printed the records so far: a record
+        # appended meanwhile is printed once, and a line still being written is read again
+        # once it is whole.
+        position = 0
         while True:
-            time.sleep(0.3)
-            if not path.exists() or path.stat().st_size <= position:
-                continue
-            with path.open() as f:
-                f.seek(position)
-                chunk = f.read()
-                position = f.tell()
-            for line in chunk.splitlines():
+            try:
+                with path.open("rb") as f:
+                    f.seek(position)
+                    chunk = f.read()
+            except FileNotFoundError:
+                chunk = b""
+            whole = chunk[:chunk.rfind(b"\n") + 1]
+            position += len(whole)
+            for line in whole.splitlines():
                 try:
-                    show(json.loads(line))
+                    rec = json.loads(line)
                 except ValueError:
                     continue
+                if isinstance(rec, dict):
+                    show(rec)
+            time.sleep(0.3)
 
     return command
 
@@ -402,6 +430,8 @@ def secret_set(name: str, key: str) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def secret_list(name: str, as_json: bool) -> None:
     """Names, bindings and placeholders of cage NAME's secrets (never values)."""
+    from agentcage.output import document, secrets_lines
+
     doc = _service().secret_list(name)
     if as_json:
         _emit(document("secrets", **doc))
@@ -426,6 +456,8 @@ def secret_rm(name: str, key: str) -> None:
 def secret_rotate(name: str, keys: tuple[str, ...], as_json: bool) -> None:
     """Mint new placeholders (all, or KEYS); a running cage's gateway switches at once and the
     old ones stop injecting. New commands in the cage see the new ones."""
+    from agentcage.output import document
+
     result = _service().secret_rotate(name, keys)
     if as_json:
         _emit(document("rotated-placeholders", cage=name, **result))
@@ -445,6 +477,8 @@ def scaffold() -> None:
 @JSON_FLAG
 def scaffold_list(as_json: bool) -> None:
     """The harnesses `scaffold` can write a cage.yaml for."""
+    from agentcage.output import document
+
     if as_json:
         _emit(document("scaffolds", scaffolds=scaffold_names()))
         return
@@ -463,13 +497,58 @@ def scaffold_show(name: str) -> None:
 @click.option("--yes", "-y", is_flag=True, help="do not ask")
 @JSON_FLAG
 def prune(yes: bool, as_json: bool) -> None:
-    """Remove ephemeral cages and cages whose gateway died."""
+    """Remove ephemeral cages and cages whose gateway died, and stop the gateway zygote (the
+    next cage starts a fresh one)."""
+    from agentcage.backends import zygote as zygotes
+    from agentcage.output import document
+    from agentcage.state import state_root
+
     _confirm("remove ephemeral and broken cages?", yes)
     removed = _service().prune()
+    zygotes.stop_all(state_root())
     if as_json:
         _emit(document("pruned", removed=removed))
         return
     out.print(f"removed: {', '.join(removed)}" if removed else "nothing to prune")
+
+
+# ---- the gateway zygote -----------------------------------------------------------------------
+
+@cli.group()
+def zygote() -> None:
+    """The gateway zygote: one background process per state root that has loaded the
+    gateway's code and forks each cage's gateway (so no cage pays for loading it). Started by
+    the first cage; it exits after 15 idle minutes, or with `zygote stop`."""
+
+
+@zygote.command("status")
+@JSON_FLAG
+def zygote_status(as_json: bool) -> None:
+    """Whether a zygote runs for this state root (AGENTCAGE_HOME), with its pid."""
+    from agentcage.backends import zygote as zygotes
+    from agentcage.output import document
+    from agentcage.state import state_root
+
+    found = zygotes.running(state_root())
+    if as_json:
+        _emit(document("zygotes", zygotes=found))
+        return
+    for z in found:
+        stale = "" if z["current"] else " (another installation's)"
+        out.print(f"running: pid {z['pid']}, key {z['key']}{stale}", markup=False)
+    if not found:
+        out.print("not running (the next cage starts one)")
+
+
+@zygote.command("stop")
+def zygote_stop() -> None:
+    """Stop this state root's zygotes; running cages keep their gateways."""
+    from agentcage.backends import zygote as zygotes
+    from agentcage.state import state_root
+
+    stopped = zygotes.stop_all(state_root())
+    out.print(f"stopped: pid {', '.join(map(str, stopped))}" if stopped else "none running",
+              markup=False)
 
 
 # ---- domains ----------------------------------------------------------------------------------
@@ -484,6 +563,8 @@ def domain() -> None:
 @JSON_FLAG
 def domain_list(name: str, as_json: bool) -> None:
     """Cage NAME's domain list: the baseline and the runtime grants with their expiry."""
+    from agentcage.output import document, domains_lines
+
     info = _service().domain_list(name)
     if as_json:
         _emit(document("domains", cage=name, **info))
@@ -519,6 +600,7 @@ def domain_rm(name: str, pattern: str) -> None:
 def doctor(as_json: bool) -> None:
     """Check the host: binaries, kernel features, gateway dependencies; each with a fix."""
     from agentcage.checks import run_checks
+    from agentcage.output import doctor_document
 
     results = run_checks()
     if as_json:
@@ -526,6 +608,8 @@ def doctor(as_json: bool) -> None:
         if not all(c.ok for c in results):
             sys.exit(EXIT_ERROR)
         return
+    from rich.text import Text
+
     for c in results:
         line = Text("ok    " if c.ok else "FAIL  ", style="green" if c.ok else "red")
         line.append(f"{c.name}: {c.detail}")  # plain text: a fix like agentcage[gateway]
@@ -556,6 +640,7 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
            baseline: Path | None, fail_on_regression: bool, no_history: bool,
            print_findings: bool, redact: bool, as_json: bool) -> None:
     """Measure the running cage NAME from inside with agentsec's probe, and score it."""
+    from agentcage.output import document
     from agentcage.verify import verify_cage, verify_plan
     from agentsec.gate import render_gate
     from agentsec.render.terminal import findings_table, scores_table
@@ -615,15 +700,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         cli.main(args=list(argv) if argv is not None else None, prog_name="agentcage",
                  standalone_mode=False)
     except click.exceptions.Abort:
-        err.print("aborted")
-        return EXIT_ERROR
+        return report_abort()
     except click.ClickException as e:
         err.print(f"error: {e.format_message()}", markup=False)
         return EXIT_ERROR
     except AgentcageError as e:
-        for line in str(e).splitlines():
-            err.print(f"error: {line}", markup=False)
-        return EXIT_ERROR
+        return report(e)
     except KeyboardInterrupt:
         err.print("interrupted; cage removed" if argv is None else "interrupted")
         return 130
@@ -641,6 +723,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "for the traceback, and please report it)", markup=False)
         return EXIT_ERROR
     return EXIT_OK
+
+
+# What ends a command, as the user sees it; lean.py reports through these too.
+
+def report(e: AgentcageError) -> int:
+    """One `error: ...` line per line of the message; the exit code."""
+    for line in str(e).splitlines():
+        err.print(f"error: {line}", markup=False)
+    return EXIT_ERROR
+
+
+def report_abort() -> int:
+    """A command interrupted (Ctrl-C, SIGTERM) or a question refused: click has closed the
+    terminal's ^C echo with a newline."""
+    err.print("aborted")
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -10,14 +10,16 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from agentcage.errors import StateError
 from agentcage.names import NAME_RE
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING: `exec` imports this module, typing it need not)
+if TYPE_CHECKING:
+    from typing import Any
 
 HOME_ENV = "AGENTCAGE_HOME"
 
@@ -147,6 +149,7 @@ class StateStore:
 
     def remove(self, name: str, keep: str | None = None) -> None:
         """Remove the cage's directory, or everything in it but the entry `keep`."""
+        import shutil  # here: `exec` imports this module, and shutil is not cheap
         root = self.cage(name).root
         if keep is None or not (root / keep).exists():
             shutil.rmtree(root, ignore_errors=True)

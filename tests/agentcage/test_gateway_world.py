@@ -324,7 +324,7 @@ def test_only_the_uplink_thread_of_the_gateway_is_outside_the_gateway_namespace(
 
     gw_ns = os.stat(f"/run/netns/{NetPlan.from_dict(cage.runtime['plan']).gw_ns}").st_ino
     uplink_ns = os.stat(f"/run/netns/{cage.net.uplink_ns}").st_ino
-    pids = host.processes_citing(str(cage.cage.gateway_settings), "agentcage.gateway")
+    pids = host.gateways_of(cage.cage.root)
     serving = [p for p in pids if os.stat(f"/proc/{p}/ns/net").st_ino == gw_ns]
     assert len(serving) == 1, pids
     supervisors = [p for p in pids if p not in serving]

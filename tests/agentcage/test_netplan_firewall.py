@@ -5,10 +5,18 @@ from __future__ import annotations
 import ipaddress
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from agentcage.backends.netplan import NetPlan, free_slot, setup_commands, teardown_commands
+from agentcage.backends.netplan import (
+    CAGE_SYSCTLS,
+    NetPlan,
+    free_slot,
+    setup_batches,
+    teardown_batch,
+)
+from agentcage.errors import BackendError
 from agentcage.gateway.firewall import render_ruleset
 from agentcage.gateway.settings import GatewaySettings
 
@@ -30,24 +38,53 @@ def test_addresses_stay_in_the_cage_range():
 
 @pytest.mark.parametrize("uplink", ["host", "netns:fn-abc-host"])
 def test_the_network_is_two_namespaces_and_one_veth_between_them(uplink):
-    cmds = setup_commands(plan(uplink=uplink))
-    for cmd in cmds:
-        assert cmd[0] in ("ip", "nsenter")
-        # every command acts inside one of the cage's own namespaces, never the host's or the
+    batches = setup_batches(plan(uplink=uplink))
+    assert batches[0] == (["ip", "-batch", "-"], ["netns add agc-a1b2c3-gw",
+                                                  "netns add agc-a1b2c3-cg"])
+    for argv, _lines in batches[1:]:
+        # every step acts inside one of the cage's own namespaces, never the host's or the
         # uplink's: no address, route, link, firewall rule or sysctl is added anywhere else
-        assert (cmd[:3] in (["ip", "-n", "agc-a1b2c3-gw"], ["ip", "-n", "agc-a1b2c3-cg"])
-                or cmd[:3] in (["ip", "netns", "add"],)
-                or cmd[:2] == ["nsenter", "--net=/run/netns/agc-a1b2c3-cg"]), cmd
-        assert "netns exec" not in " ".join(cmd)
-        assert "ip_forward" not in " ".join(cmd)
-        assert "fn-abc-host" not in " ".join(cmd)
-    veths = [c for c in cmds if "veth" in c]
-    assert len(veths) == 1 and veths[0][-2:] == ["netns", "agc-a1b2c3-cg"]
+        assert argv in (["ip", "-n", "agc-a1b2c3-gw", "-batch", "-"],
+                        ["ip", "-n", "agc-a1b2c3-cg", "-batch", "-"]), argv
+    for argv, lines in batches:
+        text = " ".join(argv + lines)
+        assert "netns exec" not in text and "ip_forward" not in text
+        assert "fn-abc-host" not in text
+    veths = [line for _, lines in batches for line in lines if "veth" in line]
+    assert veths == ["link add cage0 type veth peer name eth0 netns agc-a1b2c3-cg"]
+    assert [a[2] for a, lines in batches[1:] if any("veth" in x for x in lines)] == [
+        "agc-a1b2c3-gw"]
+    assert CAGE_SYSCTLS == {"net.ipv6.conf.all.disable_ipv6": "1",
+                            "net.ipv6.conf.default.disable_ipv6": "1"}
 
 
 def test_teardown_removes_both_namespaces():
-    assert teardown_commands(plan()) == [["ip", "netns", "del", "agc-a1b2c3-cg"],
-                                         ["ip", "netns", "del", "agc-a1b2c3-gw"]]
+    assert teardown_batch(plan()) == (["ip", "-force", "-batch", "-"],
+                                      ["netns del agc-a1b2c3-cg", "netns del agc-a1b2c3-gw"])
+
+
+def test_sysctls_are_written_in_the_namespace_and_nowhere_else():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    from agentcage.backends import host
+
+    ns = f"sysctl-test-{os.getpid()}"  # not agc-: no cage of anyone
+    key = "net/ipv6/conf/default/disable_ipv6"
+    ours = Path(f"/proc/sys/{key}").read_text()
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        before = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "cat",
+                                 f"/proc/sys/{key}"], capture_output=True, text=True).stdout
+        assert before.strip() == "0"  # the control: a fresh namespace has IPv6 on
+        host.write_sysctls(ns, {"net.ipv6.conf.default.disable_ipv6": "1"})
+        after = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", "cat", f"/proc/sys/{key}"],
+                               capture_output=True, text=True).stdout
+        assert after.strip() == "1"
+        assert Path(f"/proc/sys/{key}").read_text() == ours  # this namespace's is untouched
+        with pytest.raises(BackendError):
+            host.write_sysctls(f"{ns}-missing", {"net.ipv6.conf.default.disable_ipv6": "1"})
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
 def test_free_slot():

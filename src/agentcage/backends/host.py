@@ -9,9 +9,12 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from agentcage import procfs
 from agentcage.errors import BackendError
 
 
@@ -30,6 +33,44 @@ def run(argv: list[str], *, check: bool = True, input: str | None = None,
     return result
 
 
+def run_batch(batch: tuple[list[str], list[str]], *, check: bool = True,
+              timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run a command that reads its steps on stdin, one per line (`ip -batch -`)."""
+    argv, lines = batch
+    return run(argv, check=check, input="".join(f"{line}\n" for line in lines),
+               timeout=timeout)
+
+
+def write_sysctls(ns: str, values: Mapping[str, str]) -> None:
+    """Set kernel settings of the network namespace `ns`, never the caller's: by a thread of
+    our own that joins `ns`, proves it is there, writes /proc/sys/net/... (which the kernel
+    resolves in the namespace of the thread that opens it) and ends, its namespace with it.
+    What `nsenter --net=... sysctl -w` does, without starting two processes per namespace."""
+    failure: list[BaseException] = []
+
+    def in_namespace() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                target = os.fstat(fd).st_ino
+                os.setns(fd, os.CLONE_NEWNET)
+            finally:
+                os.close(fd)
+            if os.stat("/proc/thread-self/ns/net").st_ino != target:
+                raise OSError(f"not in namespace {ns} after setns")
+            for key, value in values.items():
+                with open(f"/proc/sys/{key.replace('.', '/')}", "w") as f:
+                    f.write(value)
+        except BaseException as e:
+            failure.append(e)
+
+    worker = threading.Thread(target=in_namespace, name=f"sysctl-{ns}")
+    worker.start()
+    worker.join()
+    if failure:
+        raise BackendError(f"cannot set {', '.join(values)} in {ns}: {failure[0]}")
+
+
 def netns_inode(ns: str) -> int | None:
     try:
         return os.stat(f"/run/netns/{ns}").st_ino
@@ -37,49 +78,56 @@ def netns_inode(ns: str) -> int | None:
         return None
 
 
-def pids_in_netns(ns: str) -> list[int]:
-    """Every process whose network namespace is `ns` (found through /proc/PID/ns/net)."""
-    inode = netns_inode(ns)
-    if inode is None:
+def pids_in_netnses(*names: str) -> list[int]:
+    """Every process whose network namespace is one of `names` (one pass over /proc)."""
+    inodes = {i for i in map(netns_inode, names) if i is not None}
+    if not inodes:
         return []
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
-                found.append(int(entry))
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+                    found.append(int(entry))
     return [p for p in found if p != os.getpid()]
 
 
-def processes_citing(*needles: str) -> list[int]:
-    """Processes whose command line holds every one of `needles` (a gateway names its cage's
-    settings file): how a cage's processes are found when its runtime.json cannot tell."""
-    wanted = [n.encode() for n in needles]
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if all(w in cmdline for w in wanted):
-            found.append(int(entry))
-    return found
+GATEWAY_LOG = "gateway.log"
 
 
-def gateway_settings_of(pid: int) -> str | None:
-    """The settings file a cage gateway process was started with (its identity: the file is
-    in its cage's state directory), or None for any other process."""
+def gateway_state_dir(pid: int) -> Path | None:
+    """The state directory of the cage whose gateway process `pid` is, or None for any other
+    process. A spawned gateway names its cage's settings file on its command line; a gateway
+    forked from the zygote carries the zygote's, but writes to its cage's gateway.log (its
+    stdout). Either way the answer is found even when the directory was deleted since."""
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    if b"agentcage.gateway" not in args or b"--settings" not in args:
+    if not any(a.startswith(b"agentcage.gateway") for a in args):
         return None
-    i = args.index(b"--settings")
-    return args[i + 1].decode(errors="replace") if i + 1 < len(args) else None
+    if b"--settings" in args:
+        i = args.index(b"--settings")
+        if i + 1 < len(args):
+            return Path(args[i + 1].decode(errors="replace")).parent
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return None
+    path = Path(target.removesuffix(" (deleted)"))
+    return path.parent if path.name == GATEWAY_LOG else None
+
+
+def gateways_of(state_dir: Path) -> list[int]:
+    """The gateway processes (a supervisor included) of the cage whose state is `state_dir`."""
+    wanted = Path(state_dir).resolve()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            where = gateway_state_dir(int(entry))
+            if where is not None and where.resolve() == wanted:
+                found.append(int(entry))
+    return found
 
 
 def cage_suffix_of(pid: int) -> str | None:
@@ -93,6 +141,11 @@ def cage_suffix_of(pid: int) -> str | None:
         if name.startswith("agc-") and name.endswith("-gw") and netns_inode(name) == inode:
             return name.removeprefix("agc-").removesuffix("-gw")
     return None
+
+
+def pids_in_netns(ns: str) -> list[int]:
+    """Every process whose network namespace is `ns` (found through /proc/PID/ns/net)."""
+    return pids_in_netnses(ns)
 
 
 def pid_matches(pid: int, needle: str) -> bool:
@@ -117,18 +170,30 @@ def alive(pid: int) -> bool:
     return True
 
 
+def is_process(pid: int, start: int | None) -> bool:
+    """Whether `pid` is alive and, given its start time, still the process that started then
+    (not another one that got its pid)."""
+    return alive(pid) and (start is None or procfs.start_time(pid) == start)
+
+
 def terminate(pids: list[int], grace: float = 3.0) -> None:
     """SIGTERM, wait up to `grace`, then SIGKILL whatever is left."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM if grace > 0 else signal.SIGKILL)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.02)
+    _wait_gone(pids, grace)
     for pid in pids:
         if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 2
+    _wait_gone(pids, 2)
+
+
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    """Until none of `pids` is alive, or `timeout`. Looked at after 1 ms, then less and less
+    often: a killed process is usually gone at once, and a stop should not wait 20 ms for it."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
     while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.02)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 _KEYCTL = {"x86_64": 250, "aarch64": 219}
 _KEYCTL_JOIN_SESSION_KEYRING = 1
 
 
 def join_new_session_keyring() -> None:
-    number = _KEYCTL.get(platform.machine())
+    number = _KEYCTL.get(os.uname().machine)
     if number is None:
         raise OSError("keyctl: unsupported architecture")
     libc = ctypes.CDLL(None, use_errno=True)

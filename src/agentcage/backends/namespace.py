@@ -10,9 +10,7 @@ is built before it is built, so an interrupted start can always be cleaned up).
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,8 +18,16 @@ from typing import TYPE_CHECKING
 
 from agentcage.addresses import parse_ip
 from agentcage.backends import cgroups, host, netplan, workload
-from agentcage.backends.profile import CageMeta
-from agentcage.backends.sandbox import DEFAULT_PATH, SYSTEM_BUNDLE_PATH
+from agentcage.backends.gateways import (  # noqa: F401  (gateway_environment: its old home)
+    READY_TIMEOUT,
+    GatewayProcess,
+    Launcher,
+    Pending,
+    gateway_environment,
+    recorded_gateway,
+)
+from agentcage.backends.profile import CageMeta, load_meta
+from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway import obituary
 from agentcage.gateway.capture import CaptureSettings
@@ -29,15 +35,11 @@ from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.inspect.content_type import ContentTypeSettings
 from agentcage.inspect.entropy import EntropySettings
-from agentcage.secrets import cage as cage_secrets
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
 from agentcage.typed import from_mapping
 
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
-
-READY_TIMEOUT = 30.0
-
 
 def upstream_bundle(extra_files: Sequence[str]) -> bytes:
     """Public CAs (certifi, else the system bundle) plus any extra CA files of the test world."""
@@ -91,33 +93,21 @@ def upstream_dns_servers(config: CageConfig) -> tuple[str, ...]:
     )
 
 
-def gateway_environment() -> dict[str, str]:
-    """The gateway's whole environment: built, not inherited. Whoever ran `agentcage` may have
-    API keys or tokens exported; the gateway holds staged secrets only in its memory, from the
-    staging file, so nothing of the caller's environment belongs in it."""
-    import agentcage
-
-    # The package's own import root, in case it runs from a source tree rather than a venv.
-    import_root = str(Path(agentcage.__file__).resolve().parent.parent)
-    return {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "PYTHONPATH": import_root}
-
-
 class NamespaceBackend:
     name = "namespace"
 
-    def __init__(self, store: StateStore, gateway_env: dict[str, str] | None = None):
+    def __init__(self, store: StateStore, gateway_env: dict[str, str] | None = None,
+                 use_zygote: bool = False):
+        """`gateway_env`: added to the gateway's environment (test hooks); `use_zygote`: fork
+        gateways from the state root's gateway zygote (see gateways.py)."""
         self.store = store
         self.gateway_env = gateway_env or {}
+        self.gateways = Launcher(store.root, self.gateway_env, use_zygote)
 
     # ---- state ---------------------------------------------------------------------------
 
     def meta(self, cage: CageDir) -> CageMeta:
-        path = cage.root / "meta.json"
-        try:
-            return CageMeta.from_dict(read_json(path, dict))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise StateError(f"{path} is damaged ({type(e).__name__}: {e}); recreate the cage "
-                             "(`agentcage destroy -y NAME` still cleans up)") from None
+        return load_meta(cage.root / "meta.json")
 
     def runtime(self, cage: CageDir) -> dict:
         if not cage.runtime.exists():
@@ -144,7 +134,7 @@ class NamespaceBackend:
         """The network of a cage whose runtime.json is gone or damaged, found by identity: its
         gateway process names the cage's settings file, and lives in the cage's gateway
         namespace, whose name carries the suffix of both namespaces."""
-        for pid in host.processes_citing(str(cage.gateway_settings), "agentcage.gateway"):
+        for pid in host.gateways_of(cage.root):
             suffix = host.cage_suffix_of(pid)
             if suffix is not None:
                 return netplan.NetPlan(suffix=suffix, slot=0, uplink="found by its gateway")
@@ -182,9 +172,8 @@ class NamespaceBackend:
 
     # ---- start / stop --------------------------------------------------------------------
 
-    def start(self, cage: CageDir, config: CageConfig,
-              gateway: subprocess.Popen | None = None) -> dict:
-        """Build and start the cage. `gateway`: a process from `prespawn_gateway` to use."""
+    def start(self, cage: CageDir, config: CageConfig, gateway: Pending | None = None) -> dict:
+        """Build and start the cage. `gateway`: what `prespawn_gateway` began, to use."""
         from agentcage.checks import require_host
 
         try:
@@ -197,7 +186,8 @@ class NamespaceBackend:
             dns_servers = upstream_dns_servers(config)
             with self.store.lock():
                 runtime = self.runtime(cage)
-                ours = gateway is not None and runtime.get("gateway_pid") == gateway.pid
+                ours = (gateway is not None and gateway.process is not None
+                        and runtime.get("gateway_pid") == gateway.process.pid)
                 if runtime.get("status") in ("running", "starting") and not ours:
                     raise BackendError(f"cage {cage.name} is already running; stop it first")
                 plan = netplan.NetPlan(netplan.new_suffix(),
@@ -214,12 +204,14 @@ class NamespaceBackend:
             self.stop(cage)
             raise
 
-    def prespawn_gateway(self, cage: CageDir) -> subprocess.Popen:
-        """Start the gateway process early; it waits (in the host network namespace, with no
-        socket open) for gateway.json, then enters its own namespace. See `_bring_up`."""
-        proc = self._spawn_gateway(cage)
-        write_json(cage.runtime, {"status": "starting", "gateway_pid": proc.pid})
-        return proc
+    def prespawn_gateway(self, cage: CageDir) -> Pending:
+        """Begin the gateway's slow part early: spawn its process, which waits (in the host
+        network namespace, with no socket open) for gateway.json, then enters its own
+        namespace; or make sure the zygote is up or starting. See `_bring_up`."""
+        pending = self.gateways.early(cage)
+        if pending.process is not None:
+            write_json(cage.runtime, {"status": "starting", **_identity(pending.process)})
+        return pending
 
     def _used_slots(self) -> set[int]:
         used = set()
@@ -233,26 +225,28 @@ class NamespaceBackend:
         return used
 
     def _bring_up(self, cage: CageDir, config: CageConfig, plan: netplan.NetPlan,
-                  gateway: subprocess.Popen | None, dns_servers: tuple[str, ...]) -> dict:
-        commands = netplan.setup_commands(plan)
-        # Start the gateway process first: it imports mitmproxy and makes its CA (most of the
-        # start-up time) while the network and firewall are built. It opens no socket until
-        # gateway.json appears; then it enters the gateway namespace and serves.
-        proc = gateway
-        if proc is None:
-            proc = self._spawn_gateway(cage)
-            write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
-                                      "gateway_pid": proc.pid})
+                  gateway: Pending | None, dns_servers: tuple[str, ...]) -> dict:
+        # Begin the gateway first: a spawned one imports mitmproxy (most of the start-up time)
+        # while the network and firewall are built, opening no socket until gateway.json
+        # appears; a zygote that is not running yet does its imports meanwhile.
+        pending = gateway
+        if pending is None:
+            pending = self.gateways.early(cage)
+            if pending.process is not None:
+                write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
+                                          **_identity(pending.process)})
         # The cage's resource limits: its cgroup exists before any workload can start.
         limits = cgroups.Limits(config.container.limits.memory, config.container.limits.pids,
                                 config.container.limits.cpus())
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
-        for argv in commands:
-            host.run(argv)
-        for key, value in sysctls().items():
-            host.run(netplan.in_ns(plan.gw_ns, ["sysctl", "-q", "-w", f"{key}={value}"]))
+        for batch in netplan.setup_batches(plan):
+            host.run_batch(batch)
+        host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
+        host.write_sysctls(plan.gw_ns, sysctls())
         atomic_write(cage.upstream_ca, upstream_bundle(config.gateway.upstream_ca_files))
         # The secret values go to the gateway only, through tmpfs; never into the cage.
+        from agentcage.secrets import cage as cage_secrets
+
         secrets_path = cage_secrets.stage_for_gateway(cage, config)
         settings = GatewaySettings(
             cage_name=cage.name,
@@ -291,39 +285,27 @@ class NamespaceBackend:
         )
         host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))
         atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal
-        pid = self._wait_ready(cage, proc)
-        runtime = {"status": "running", "plan": plan.to_dict(), "gateway_pid": pid,
+        proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
+        try:
+            if pending.process is None:
+                write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
+                                          **_identity(proc)})
+            proc.go()  # recorded: a forked gateway may serve (else it exits, doing nothing)
+        finally:
+            proc.close()
+        self._wait_ready(cage, proc)
+        runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
                    "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
                    "started_at": time.time()}
         write_json(cage.runtime, runtime)
         return runtime
 
-    def _spawn_gateway(self, cage: CageDir) -> subprocess.Popen:
-        from agentcage.state import ensure_private_dir
-
-        ensure_private_dir(cage.ca_dir)
-        for stale in (cage.gateway_ready, cage.gateway_settings):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-        log = os.open(cage.gateway_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        env = {**gateway_environment(), **self.gateway_env}
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "agentcage.gateway", "--settings",
-                 str(cage.gateway_settings), "--wait", str(READY_TIMEOUT)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env=env,
-            )
-        finally:
-            os.close(log)
-        return proc
-
-    def _wait_ready(self, cage: CageDir, proc: subprocess.Popen) -> int:
+    def _wait_ready(self, cage: CageDir, proc: GatewayProcess) -> int:
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             if cage.gateway_ready.exists() and cage.ca_cert.exists():
                 return proc.pid
-            if proc.poll() is not None:
+            if proc.ended():
                 break
             time.sleep(0.005)
         tail = ""
@@ -336,11 +318,16 @@ class NamespaceBackend:
 
         `grace`: seconds the gateway gets to write its last packet summary (0 for a cage whose
         state is deleted right after, like an ephemeral run)."""
+        from agentcage.secrets import cage as cage_secrets
+
         runtime = self._runtime_if_readable(cage)
         plan = self._plan_of(runtime) or self._plan_of_live_gateway(cage)
-        victims = host.processes_citing(str(cage.gateway_settings), "agentcage.gateway")
+        victims = host.gateways_of(cage.root)  # by identity, whatever runtime.json says
         if plan is not None:
-            victims += host.pids_in_netns(plan.cage_ns) + host.pids_in_netns(plan.gw_ns)
+            victims += host.pids_in_netnses(plan.cage_ns, plan.gw_ns)
+        gw_pid = recorded_gateway(runtime, cage)
+        if gw_pid is not None:
+            victims.append(gw_pid)
         host.terminate(sorted(set(victims)), grace=grace)
         if plan is not None:
             cgroups.CageCgroup(cgroups.detect(), plan.suffix).destroy()
@@ -349,8 +336,7 @@ class NamespaceBackend:
             if cage.root.exists() and runtime:
                 write_json(cage.runtime, {"status": "stopped"})
             return
-        for argv in netplan.teardown_commands(plan):
-            host.run(argv, check=False)  # each step may find its object already gone
+        host.run_batch(netplan.teardown_batch(plan), check=False)  # some may be gone already
         with contextlib.suppress(FileNotFoundError):
             cage.gateway_ready.unlink()
         cage_secrets.unstage_for_gateway(cage)
@@ -374,20 +360,17 @@ class NamespaceBackend:
 
     def _target(self, cage: CageDir) -> workload.Target:
         """The running cage's namespace and workload profile; refuses if anything is down."""
-        runtime = self.runtime(cage)
-        if runtime.get("status") != "running":
-            raise BackendError(f"cage {cage.name} is not running; `agentcage start {cage.name}`")
-        gw_pid = runtime.get("gateway_pid")
-        if not gw_pid or not host.alive(int(gw_pid)):
-            raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
-        return workload.Target(cage, netplan.NetPlan.from_dict(runtime["plan"]), self.meta(cage),
-                               tuple(str(d) for d in runtime.get("cgroups", ())))
+        return workload.running_target(cage)
 
     def status(self, cage: CageDir) -> dict:
         runtime = self.runtime(cage)
-        if runtime.get("status") == "running":
+        if runtime.get("status") == "running" and recorded_gateway(runtime, cage) is None:
+            runtime = {**runtime, "status": "broken"}
             pid = runtime.get("gateway_pid")
-            if not pid or not host.alive(int(pid)):
-                runtime = {**runtime, "status": "broken"}
-                obituary.notice(cage.audit, int(pid) if pid else None)  # unless recorded
+            obituary.notice(cage.audit, int(pid) if pid else None)  # unless recorded
         return runtime
+
+
+def _identity(proc: GatewayProcess) -> dict:
+    """What runtime.json records of the gateway process: its pid and start time."""
+    return {"gateway_pid": proc.pid, "gateway_start": proc.start}

@@ -11,18 +11,18 @@ one), so nothing here ever appears in, or changes, the host's namespace. Address
 
 from __future__ import annotations
 
-import ipaddress
-import secrets
+import os
 from dataclasses import dataclass
 
-CAGE_RANGE = ipaddress.ip_network("10.200.128.0/17")
+CAGE_RANGE = "10.200.128.0/17"
+_FIRST = (10, 200, 128)  # its first address's octets (the slots are its /24s)
 SLOTS = 120  # 10.200.128-247: fakenet keeps 10.200.254.0/23 for its services
 NS_PREFIX = "agc-"
 GW_CAGE_IF, CAGE_IF = "cage0", "eth0"
 
 
 def new_suffix() -> str:
-    return secrets.token_hex(3)
+    return os.urandom(3).hex()  # what secrets.token_hex(3) is, without importing it
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class NetPlan:
         return self.uplink.removeprefix("netns:") if self.uplink.startswith("netns:") else None
 
     def _addr(self, host: int) -> str:
-        return str(CAGE_RANGE.network_address + (self.slot << 8) + host)
+        # plain arithmetic: `exec` reads these, and the ipaddress module is a cost it need not pay
+        a, b, c = _FIRST
+        return f"{a}.{b}.{c + self.slot}.{host}"
 
     gateway_address = property(lambda self: self._addr(1))
     cage_address = property(lambda self: self._addr(2))
@@ -67,36 +69,46 @@ def in_ns(ns: str, argv: list[str]) -> list[str]:
     return ["nsenter", f"--net=/run/netns/{ns}", "--", *argv]
 
 
-def setup_commands(p: NetPlan) -> list[list[str]]:
+# One `ip` process per namespace (`-batch`: a command per line), rather than one per step:
+# a process start is most of what each step costs.
+Batch = tuple[list[str], list[str]]  # (argv, the lines it reads)
+
+
+def setup_batches(p: NetPlan) -> list[Batch]:
+    """The `ip` batches that build the network, in order: the two namespaces (only their
+    mount points are made in the caller's namespace), then each one's links, addresses and
+    routes, run inside it (`ip -n`). The veth is made inside the gateway namespace with its
+    peer moved straight into the cage's."""
     gw, cg = p.gw_ns, p.cage_ns
     return [
-        ["ip", "netns", "add", gw],
-        ["ip", "netns", "add", cg],
-        ["ip", "-n", gw, "link", "set", "lo", "up"],
-        ["ip", "-n", cg, "link", "set", "lo", "up"],
-        ["ip", "-n", gw, "link", "add", GW_CAGE_IF, "type", "veth", "peer", "name", CAGE_IF,
-         "netns", cg],
-        ["ip", "-n", gw, "addr", "add", f"{p.gateway_address}/30", "dev", GW_CAGE_IF],
-        ["ip", "-n", gw, "link", "set", GW_CAGE_IF, "up"],
-        ["ip", "-n", cg, "addr", "add", f"{p.cage_address}/30", "dev", CAGE_IF],
-        ["ip", "-n", cg, "link", "set", CAGE_IF, "up"],
-        ["ip", "-n", cg, "route", "add", "default", "via", p.gateway_address],
-        in_ns(cg, ["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"]),
-        in_ns(cg, ["sysctl", "-q", "-w", "net.ipv6.conf.default.disable_ipv6=1"]),
+        (["ip", "-batch", "-"], [f"netns add {gw}", f"netns add {cg}"]),
+        (["ip", "-n", gw, "-batch", "-"], [
+            "link set lo up",
+            f"link add {GW_CAGE_IF} type veth peer name {CAGE_IF} netns {cg}",
+            f"addr add {p.gateway_address}/30 dev {GW_CAGE_IF}",
+            f"link set {GW_CAGE_IF} up",
+        ]),
+        (["ip", "-n", cg, "-batch", "-"], [
+            "link set lo up",
+            f"addr add {p.cage_address}/30 dev {CAGE_IF}",
+            f"link set {CAGE_IF} up",
+            f"route add default via {p.gateway_address}",
+        ]),
     ]
 
 
-def teardown_commands(p: NetPlan) -> list[list[str]]:
-    """Idempotent removal (each step may find its object already gone). The veth goes with
+# The cage namespace's own kernel settings (the gateway's: gateway/firewall.py `sysctls`).
+CAGE_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+
+
+def teardown_batch(p: NetPlan) -> Batch:
+    """Idempotent removal: `-force` goes on past a namespace already gone. The veth goes with
     the namespaces."""
-    return [
-        ["ip", "netns", "del", p.cage_ns],
-        ["ip", "netns", "del", p.gw_ns],
-    ]
+    return ["ip", "-force", "-batch", "-"], [f"netns del {p.cage_ns}", f"netns del {p.gw_ns}"]
 
 
 def free_slot(used: set[int], start: int | None = None) -> int:
-    first = secrets.randbelow(SLOTS) if start is None else start
+    first = int.from_bytes(os.urandom(2)) % SLOTS if start is None else start
     for i in range(SLOTS):
         slot = (first + i) % SLOTS
         if slot not in used:

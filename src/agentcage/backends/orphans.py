@@ -48,8 +48,7 @@ def sweep(min_age: float = 120.0, only: Callable[[str], bool] = lambda suffix: T
                 ages.append(now - (NETNS_DIR / n).stat().st_ctime)
         if ages and min(ages) < min_age:
             continue  # maybe a cage being started right now
-        for argv in netplan.teardown_commands(plan):
-            host.run(argv, check=False)
+        host.run_batch(netplan.teardown_batch(plan), check=False)
         removed.append(suffix)
     removed += _sweep_cgroups(min_age, only, now)
     return removed
@@ -63,8 +62,8 @@ def _stop_stray_gateways(only: Callable[[str], bool]) -> list[str]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        settings = host.gateway_settings_of(int(entry))
-        if settings is None or Path(settings).parent.exists():
+        state_dir = host.gateway_state_dir(int(entry))
+        if state_dir is None or state_dir.exists():
             continue
         suffix = host.cage_suffix_of(int(entry))
         if suffix is None or not only(suffix):
@@ -73,8 +72,7 @@ def _stop_stray_gateways(only: Callable[[str], bool]) -> list[str]:
         victims = [int(entry), *host.pids_in_netns(plan.cage_ns), *host.pids_in_netns(plan.gw_ns)]
         host.terminate(sorted(set(victims)), grace=0)
         cgroups.CageCgroup(cgroups.detect(), suffix).destroy(grace=0)
-        for argv in netplan.teardown_commands(plan):
-            host.run(argv, check=False)
+        host.run_batch(netplan.teardown_batch(plan), check=False)
         stopped.append(suffix)
     return stopped
 

@@ -9,12 +9,11 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from agentcage.backends.sandbox import WORKSPACE
 from agentcage.errors import BackendError
-from agentcage.mounts import resolved_source_refusal
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
 
@@ -59,6 +58,18 @@ class CageMeta:
             secret_env=tuple(str(n) for n in d.get("secret_env", ())),
             files=tuple(sorted((str(k), str(v)) for k, v in d.get("files", {}).items())),
         )
+
+
+def load_meta(path: Path) -> CageMeta:
+    """meta.json, checked: a damaged one is refused in one line naming it."""
+    from agentcage.errors import StateError
+    from agentcage.state import read_json
+
+    try:
+        return CageMeta.from_dict(read_json(path, dict))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise StateError(f"{path} is damaged ({type(e).__name__}: {e}); recreate the cage "
+                         "(`agentcage destroy -y NAME` still cleans up)") from None
 
 
 def make_meta(config: CageConfig, project: Path, host_uid: int, host_gid: int,
@@ -114,6 +125,8 @@ def resolve_volumes(config: CageConfig, base: Path, project: Path | None,
     Every source is checked again once resolved (`~`, relative paths, `..`, symlinks): what
     cage.yaml spells and what it names can differ. `protected`: directories no mount may reach
     (agentcage's own state)."""
+    from agentcage.mounts import resolved_source_refusal
+
     volumes = []
     proj = project
     for v in config.container.parsed_volumes():

@@ -15,7 +15,7 @@ TIOCLINUX), allow everything else.
 from __future__ import annotations
 
 import errno
-import platform
+import os
 import struct
 
 from agentcage.errors import BackendError
@@ -73,7 +73,7 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 
 def build_filter(machine: str | None = None) -> bytes:
     """The sock_filter array for `machine` (default: this host); BackendError if unsupported."""
-    arch = machine or platform.machine()
+    arch = machine or os.uname().machine  # what platform.machine() reads, without its import
     if arch not in _ARCHES:
         raise BackendError(f"no seccomp filter for architecture {arch}; refusing to start")
     audit_arch, numbers = _ARCHES[arch]

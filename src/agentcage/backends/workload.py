@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage.backends import cgroups, netplan, terminal
+from agentcage.backends import cgroups, host, netplan, terminal
 from agentcage.backends.keyring import join_new_session_keyring
-from agentcage.backends.profile import CageMeta
+from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import (
     CAGE_BUNDLE_PATH,
     CAGE_CA_PATH,
@@ -35,9 +35,8 @@ from agentcage.backends.sandbox import (
     sandbox_env,
 )
 from agentcage.backends.seccomp import build_filter
-from agentcage.errors import BackendError
-from agentcage.secrets import cage as cage_secrets
-from agentcage.state import CageDir
+from agentcage.errors import BackendError, StateError
+from agentcage.state import CageDir, read_json
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,24 @@ class Target:
     plan: netplan.NetPlan
     meta: CageMeta
     cgroups: tuple[str, ...] = ()  # the cage's cgroup directories: every command joins them
+
+
+def running_target(cage: CageDir) -> Target:
+    """The running cage's namespace and workload profile; refuses if anything is down."""
+    runtime: dict = (read_json(cage.runtime, dict) if cage.runtime.exists()
+                     else {"status": "stopped"})
+    if runtime.get("status") != "running":
+        raise BackendError(f"cage {cage.name} is not running; `agentcage start {cage.name}`")
+    gw_pid, gw_start = runtime.get("gateway_pid"), runtime.get("gateway_start")
+    if not gw_pid or not host.is_process(int(gw_pid), None if gw_start is None else int(gw_start)):
+        raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
+    try:
+        plan = netplan.NetPlan.from_dict(runtime["plan"])
+    except (KeyError, TypeError, ValueError):
+        raise StateError(f"{cage.runtime} is damaged; `agentcage destroy -y {cage.name}` "
+                         "still cleans up") from None
+    return Target(cage, plan, load_meta(cage.root / "meta.json"),
+                  tuple(str(d) for d in runtime.get("cgroups", ())))
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -61,7 +78,10 @@ def workload_env(t: Target) -> dict[str, str]:
     """cage.yaml's env with every secret that has an injection rule replaced by its placeholder
     (read fresh on every exec, so a rotation reaches new processes)."""
     env = dict(t.meta.env)
-    env.update(cage_secrets.workload_env(t.cage, t.meta.secret_env))
+    if t.meta.secret_env:  # the secrets package only for a cage that has injected secrets
+        from agentcage.secrets import cage as cage_secrets
+
+        env.update(cage_secrets.workload_env(t.cage, t.meta.secret_env))
     return env
 
 

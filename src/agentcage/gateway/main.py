@@ -273,18 +273,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     obituary.supervise(args.settings)  # returns in the gateway; its supervisor records its end
     t0 = time.monotonic()
-    # The slow part, done while the backend builds the network: import mitmproxy, make a CA.
+    # The slow part, done while the backend builds the network: import mitmproxy.
     preload()
-    ca_key, ca_cert = make_ca()
+    return run(args.settings, args.wait, t0)
+
+
+def run(settings_path: Path, wait: float, t0: float | None = None, ca=None) -> int:
+    """The gateway once its code is loaded: make the cage's CA (unless `ca`, made by this
+    process, is given), wait up to `wait` seconds for the settings, take the uplink, enter the
+    gateway namespace, serve. `main` runs it after importing; so does a child of the gateway
+    zygote (zygote.py), which imported it before."""
+    t0 = time.monotonic() if t0 is None else t0
+    ca_key, ca_cert = ca if ca is not None else make_ca()
     t_prepared = time.monotonic()
-    deadline = time.monotonic() + args.wait
-    while not args.settings.exists():
+    deadline = time.monotonic() + wait
+    while not settings_path.exists():
         if time.monotonic() > deadline:
-            print(f"agentcage-gateway: {args.settings} did not appear", file=sys.stderr)
+            print(f"agentcage-gateway: {settings_path} did not appear", file=sys.stderr)
             return 1
         time.sleep(0.01)
     t_settings = time.monotonic()
-    settings = GatewaySettings.load(args.settings)
+    settings = GatewaySettings.load(settings_path)
     # The uplink is the namespace this process started in (the host's, where `agentcage`
     # runs), unless the settings name one; its descriptor is taken before leaving it.
     uplink_fd = os.open(settings.uplink_netns or "/proc/thread-self/ns/net",

@@ -89,13 +89,13 @@ def workload_env(cage: CageDir, names: Sequence[str]) -> dict[str, str]:
 def reload_gateway(cage: CageDir, runtime: dict, timeout: float = RELOAD_TIMEOUT) -> None:
     """Make the running gateway re-read its staged secrets; return once it says it did (with the
     placeholders now staged), raise BackendError if it failed or did not answer."""
-    from agentcage.backends import host
+    from agentcage.backends.gateways import recorded_gateway
     from agentcage.secrets.staging import load_staged
 
     pid = runtime.get("gateway_pid")
     if runtime.get("status") != "running" or not pid:
         return  # not running: the next start stages and loads the current state
-    if not host.pid_matches(int(pid), str(cage.gateway_settings)):
+    if recorded_gateway(runtime, cage) is None:  # that pid, and still the process it was
         raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
     wanted = sorted(str(s.placeholder) for s in load_staged(gateway_staging_path(cage)))
     ack = reload_ack_path(cage)

@@ -1,0 +1,156 @@
+"""The `agentcage` entry point, and the lean path of the commands run most often.
+
+`agentcage exec NAME -- COMMAND...` (and `cage exec`, `shell NAME`, `cage shell NAME`) into a
+started cage needs the cage's state files and the workload launcher, nothing else: not click,
+rich, pydantic or the cage services, whose imports cost several times what running the
+sandboxed command does. So these plain forms are recognised here, before any of that is
+imported, and run through the same code the full CLI runs (`workload.running_target` and
+`workload.run`: the same checks, the same proof that the sandbox started, the same terminal
+handling), with the same exit codes: the command's own status, 1 with one `error: ...` line
+per message line on stderr, and an interrupt (Ctrl-C without a terminal, SIGTERM) ends it as
+click ends any command. Errors are printed by the full CLI's own reporter, imported only
+then, so a failure reads exactly as it does there.
+
+Anything else (an option, no `--`, a missing command, `--help`) is not parsed here at all: it
+goes to the full CLI, which parses and reports it. A command that starts a cage gets one thing
+done first: the gateway zygote is started if none runs (see `warm_zygote`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from agentcage.errors import AgentcageError, StateError
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing on this path)
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+SHELL = "shell"
+
+
+def plain_form(args: Sequence[str]) -> tuple[str, list[str] | None] | None:
+    """(cage name, command) for `[cage] exec NAME -- COMMAND...`, (cage name, None) for
+    `[cage] shell NAME`; None for anything else (the full CLI's to parse)."""
+    rest = list(args[1:]) if args[:1] == ["cage"] else list(args)
+    if len(rest) < 2 or rest[0] not in ("exec", SHELL) or rest[1].startswith("-"):
+        return None
+    verb, name, tail = rest[0], rest[1], rest[2:]
+    if verb == SHELL:
+        return (name, None) if not tail else None
+    if len(tail) >= 2 and tail[0] == "--":
+        return name, tail[1:]
+    return None
+
+
+def run(name: str, command: list[str] | None) -> int:
+    """Run `command` (None: a shell) in the started cage `name`; the command's exit status."""
+    from agentcage.backends import workload
+    from agentcage.state import StateStore
+
+    cage = StateStore().cage(name)  # refuses an invalid name
+    if not cage.exists():
+        raise StateError(f"no cage named {name!r}; see `agentcage ls`")
+    interactive = sys.stdin.isatty()
+    if command is None:  # as `shell`: interactive on a terminal, else commands from stdin
+        command = ["/bin/sh", "-i"] if interactive else ["/bin/sh"]
+    target = workload.running_target(cage)
+    return workload.run(target, command, interactive, capture=False).returncode
+
+
+# Commands that start a cage's gateway (`cage create` unless --no-start; `update` may restart)
+STARTING = (["run"], ["start"], ["restart"], ["cage", "create"], ["cage", "start"],
+            ["cage", "restart"], ["cage", "update"])
+
+
+def starts_a_cage(args: Sequence[str]) -> bool:
+    if any(a in ("-h", "--help", "--no-start") for a in args):
+        return False
+    return any(list(args[:len(verb)]) == verb for verb in STARTING)
+
+
+def warm_zygote() -> bool:
+    """Make sure the gateway zygote of the state root is up or starting, before the CLI is
+    even imported: its imports then overlap all the CLI does before it needs a gateway (the
+    first cage on a host waits for them). Best effort: the backend checks everything again
+    when it asks for a gateway, and spawns one itself if it cannot use a zygote. True if this
+    started one."""
+    from agentcage.backends import zygote
+    from agentcage.backends.gateways import gateway_environment
+    from agentcage.state import state_root
+
+    root = state_root()
+    return zygote.usable(root) and zygote.Client(root, gateway_environment()).warm()
+
+
+def unwarm_zygote() -> None:
+    """After a failed command: the zygote `warm_zygote` started stops unless a gateway came of
+    it (bad input, a cage that never got that far), rather than idle."""
+    from agentcage.backends import zygote
+    from agentcage.state import state_root
+
+    zygote.release(state_root())
+
+
+def _on_term(signum, frame):  # SIGTERM cleans up like Ctrl-C (finally blocks run)
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`agentcage`: the lean path for the plain forms above, the full CLI for the rest."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    plain = plain_form(args)
+    if plain is None:
+        warmed = starts_a_cage(args) and warm_zygote()
+        from agentcage.cli import main as full
+
+        code = full(argv)
+        if warmed and code != 0:
+            unwarm_zygote()
+        return code
+    signal.signal(signal.SIGTERM, _on_term)
+    try:
+        return run(*plain)
+    except AgentcageError as e:
+        from agentcage.cli import report
+
+        return report(e)
+    except KeyboardInterrupt:
+        # as click ends an interrupted command: a newline closing the terminal's ^C, "aborted"
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        from agentcage.cli import report_abort
+
+        return report_abort()
+
+
+def entry() -> NoReturn:
+    """The `agentcage` command (the console script; `python -m agentcage.cli`)."""
+    args = sys.argv[1:]
+    code = main()
+    if plain_form(args) is not None or args[:1] == ["run"]:
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown of every loaded module: after `exec`, `shell`
+    or `run` it is a good part of what the whole command costs (tens of ms after `run`), and
+    their processes hold nothing it would clean up: their files are written whole (atomic
+    writes, `with` blocks) and nothing else is left but the output, flushed here. Only when no
+    thread and no atexit handler says otherwise; then the normal exit."""
+    import atexit
+    import threading
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if threading.active_count() == 1 and atexit._ncallbacks() == 0:
+        os._exit(code & 0xFF)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    entry()
