@@ -293,7 +293,10 @@ def test_resolver_answers_every_query_under_200_concurrent_connections(net):
         spec = json.dumps({"names": ALLOW, "total": 250, "concurrency": 50, "path": "/load",
                            "timeout": 120})
         (cage.project / "load.py").write_text(LOAD_CLIENT)
-        r = cage.sh(" & ".join([f"python3 /workspace/load.py '{spec}'"] * 4) + "; wait",
+        # each client's report to a file of its own: four ~10 KB lines written to one pipe at
+        # once would interleave (a pipe keeps writes whole only up to 4 KiB)
+        r = cage.sh(" & ".join(f"python3 /workspace/load.py '{spec}' >/tmp/load-{i}.json"
+                               for i in range(4)) + "; wait; cat /tmp/load-*.json",
                     timeout=600)
         runs = [json.loads(line) for line in r.stdout.splitlines()]
         assert len(runs) == 4, r
