@@ -24,8 +24,7 @@ from pydantic import (
 from agentcage.domains import DomainPattern, parse_pattern
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.settings import GatewaySettings
-from agentcage.inspect.content_type import ContentTypeSettings
-from agentcage.inspect.entropy import EntropySettings
+from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
 from agentcage.mounts import target_refusal, written_source_refusal
 from agentcage.names import NAME_RE
 

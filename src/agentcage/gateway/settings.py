@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from agentcage.gateway.capture import CaptureSettings
-from agentcage.inspect.content_type import ContentTypeSettings
-from agentcage.inspect.entropy import EntropySettings
+from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
 from agentcage.typed import from_mapping
 
 SINKHOLE_ADDRESS = "198.51.100.1"  # RFC 5737 TEST-NET-2: never routed

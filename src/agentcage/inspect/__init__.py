@@ -5,7 +5,7 @@ Every inspector satisfies `agentcage.inspect.protocol.Inspector` (name, phase, i
 returns a Decision; nothing here imports mitmproxy or the gateway.
 
 The names below are loaded on first use: the CLI imports the settings types of two inspectors
-(its cage.yaml schema takes their defaults) and should not pay for the secrets scanner.
+(settings.py: its cage.yaml schema takes their defaults) and should not pay for the inspectors.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ _HOMES = {
     "BodySizeCounter": "body_size", "BodySizeInspector": "body_size",
     "BodyTooLarge": "body_size",
     "first_block": "chain", "run_chain": "chain", "run_one": "chain",
-    "ContentTypeInspector": "content_type", "ContentTypeSettings": "content_type",
+    "ContentTypeInspector": "content_type", "ContentTypeSettings": "settings",
     "load_custom": "custom", "load_custom_entries": "custom",
     "DomainInspector": "domain",
-    "EntropyInspector": "entropy", "EntropySettings": "entropy",
+    "EntropyInspector": "entropy", "EntropySettings": "settings",
     "Decision": "protocol", "InspectionContext": "protocol", "Inspector": "protocol",
     "RequestView": "protocol",
     "ORDER": "registry", "REGISTRY": "registry", "ChainParts": "registry",

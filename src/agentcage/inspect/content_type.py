@@ -8,10 +8,8 @@ long word or identifier is not taken for base64.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
+from agentcage.inspect.settings import ContentTypeSettings
 
 TEXT_TYPES = (
     "text/",
@@ -27,13 +25,6 @@ _PRINTABLE = bytes(range(0x20, 0x7F)) + b"\t\r\n"
 _UPPER = bytes(range(ord("A"), ord("Z") + 1))
 _LOWER = bytes(range(ord("a"), ord("z") + 1))
 _DIGITS = b"0123456789"
-
-
-@dataclass(frozen=True)
-class ContentTypeSettings:
-    enable: bool = True
-    base64_min_chars: int = 256
-    action: Literal["flag", "block"] = "flag"
 
 
 def _content_type(request: RequestView) -> str:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Literal
 from urllib.parse import unquote_to_bytes
 
 from agentcage.inspect.peel import PeelLimits, peel
 from agentcage.inspect.protocol import Decision, InspectionContext, Phase, RequestView
 from agentcage.inspect.runs import ByteIndex
+from agentcage.inspect.settings import EntropySettings
 from agentcage.inspect.stats import random_expectation, shannon
 
 # Magic numbers of formats that are compressed (hence high-entropy) by design.
@@ -45,23 +44,6 @@ MEDIA_MAGIC = (
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 _MAGIC_MAX = max(len(m) for m in MEDIA_MAGIC)
 _PERCENTS_LOCATED = 4096  # or one per KiB of body: past that, URL-decode the body wholesale
-
-
-@dataclass(frozen=True)
-class EntropySettings:
-    enable: bool = True
-    body_threshold: float = 7.0
-    body_min_bytes: int = 256
-    value_threshold: float = 5.5
-    value_min_bytes: int = 64
-    decoded_min_bytes: int = 96  # single SHA-256/512 digests (32/64 bytes) stay below this
-    decoded_margin: float = 0.5  # bits/byte below the random expectation still called random
-    header_min_bytes: int = 256  # decoded bytes; headers carry opaque tokens more often
-    header_exempt: tuple[str, ...] = ("cookie", "x-amz-security-token")
-    sample_window: int = 4096
-    sample_windows: int = 16  # large bodies: entropy of this many windows, evenly spaced
-    media_action: Literal["flag", "block"] = "flag"
-    decode_depth: int = 3  # layers of encoding peeled off (base64 of hex of random: 2)
 
 
 def _windows(size: int, window: int, count: int) -> list[tuple[int, int]]:
