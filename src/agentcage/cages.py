@@ -27,6 +27,7 @@ SECRETS_DIR = "secrets"  # kept by `destroy --keep-secrets` and a failed create
 
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
+    from agentcage.config.spec import CageSpec
 
 
 def load_config(path: Path) -> CageConfig:
@@ -63,13 +64,14 @@ class CageService:
                 f"cage {config.name!r} exists; `agentcage cage update {config.name} -c FILE` "
                 "applies a changed configuration, or destroy it first"
             )
-        self.backend.validate(config)
-        proj, volumes = resolve_volumes(config, base, project, (self.store.root,))
+        spec = config.spec()
+        self.backend.validate(spec)
+        proj, volumes = resolve_volumes(spec, base, project, (self.store.root,))
         cage = self.store.create(config.name)
         try:
-            self._write_state(cage, config, proj, volumes)
+            self._write_state(cage, spec, proj, volumes)
             if start:
-                self._start(cage, config)
+                self._start(cage, spec)
         except BaseException:
             self.backend.stop(cage)
             self.store.remove(config.name, keep=SECRETS_DIR)
@@ -85,16 +87,17 @@ class CageService:
         cage = self._existing(name)
         if config.name != name:
             raise ConfigError(f"the configuration names cage {config.name!r}, not {name!r}")
-        self.backend.validate(config)
+        spec = config.spec()
+        self.backend.validate(spec)
         old = load_config(cage.config)
         meta = self.backend.meta(cage)
-        proj, volumes = resolve_volumes(config, base, project or Path(meta.project),
+        proj, volumes = resolve_volumes(spec, base, project or Path(meta.project),
                                         (self.store.root,))
         changed = sorted(k for k in type(config).model_fields
                          if getattr(config, k) != getattr(old, k))
         if project is not None and str(proj) != meta.project:
             changed.append("project")
-        uid, gid, how = choose_host_user(config, proj)
+        uid, gid, how = choose_host_user(spec, proj)
         check_access(uid, gid, volumes, how)  # before anything stops
         running = self.backend.runtime(cage).get("status") == "running"
         needs_restart = running and any(k != "domains" for k in changed)
@@ -104,40 +107,41 @@ class CageService:
             grants = policyfile.runtime_entries(self._policy_doc(cage))
         except StateError:  # a damaged domains.json: the new configuration replaces it
             grants = {}
-        self._write_state(cage, config, proj, volumes, keep_entries=grants)
+        self._write_state(cage, spec, proj, volumes, keep_entries=grants)
         if needs_restart:
-            self._start(cage, config)
+            self._start(cage, spec)
         elif running:
             self._await_policy(cage)
         return {"changed": changed, "restarted": needs_restart,
                 "live": running and not needs_restart and "domains" in changed}
 
-    def _write_state(self, cage: CageDir, config: CageConfig, project: Path,
+    def _write_state(self, cage: CageDir, spec: CageSpec, project: Path,
                      volumes: tuple[tuple[str, str, str], ...],
                      keep_entries: dict[str, list[dict]] | None = None) -> None:
-        from agentcage.config.load import dump_config
+        from agentcage.config.document import document_text
 
-        host_uid, host_gid, how = choose_host_user(config, project)
+        host_uid, host_gid, how = choose_host_user(spec, project)
         check_access(host_uid, host_gid, volumes, how)
-        d = config.domains
-        doc = policyfile.document_from_domains(d.mode, d.allow, d.block)
+        doc = policyfile.document_from_domains(spec.domain_mode, list(spec.allow),
+                                               list(spec.block))
         if keep_entries:
             doc = policyfile.with_entries(doc, keep_entries)
         policyfile.compile_document(doc)  # never write what the gateway would refuse
-        self.backend.write_meta(cage, make_meta(config, project, host_uid, host_gid, volumes))
+        self.backend.write_meta(cage, make_meta(spec, project, host_uid, host_gid, volumes))
         write_json(cage.policy, doc)
-        atomic_write(cage.config, dump_config(config))  # last: the cage exists once it is there
+        # last: the cage exists once it is there
+        atomic_write(cage.config, document_text(spec.document))
 
     def start(self, name: str) -> dict:
         cage = self._existing(name)
-        return self._start(cage, load_config(cage.config))
+        return self._start(cage, load_config(cage.config).spec())
 
-    def _start(self, cage: CageDir, config: CageConfig) -> dict:
+    def _start(self, cage: CageDir, spec: CageSpec) -> dict:
         """Start the cage; a `service` cage also starts its command in the background."""
-        runtime = self.backend.start(cage, config)
-        if config.lifecycle == "service":
+        runtime = self.backend.start(cage, spec)
+        if spec.lifecycle == "service":
             try:
-                self.backend.spawn(cage, config.container.command, cage.workload_log)
+                self.backend.spawn(cage, spec.command, cage.workload_log)
             except BaseException:
                 self.backend.stop(cage)
                 raise
@@ -168,12 +172,12 @@ class CageService:
         cage = self._existing(name)
         return self.backend.exec_capture(cage, command, timeout)
 
-    def run_ephemeral(self, name: str, make_config: Callable[[], CageConfig], base: Path,
+    def run_ephemeral(self, name: str, make_spec: Callable[[], CageSpec], base: Path,
                       project: Path | None, command: Sequence[str] | None,
                       interactive: bool) -> int:
         """Create, start, run one command, and remove everything, whatever happens.
 
-        The gateway process is started before the configuration is even parsed, so that its
+        The gateway process is started before the configuration is even read, so that its
         slow start-up (importing mitmproxy) overlaps everything else; it opens no socket until
         the backend hands it its settings."""
         if self.store.cage(name).root.exists():
@@ -182,15 +186,14 @@ class CageService:
         try:
             atomic_write(cage.root / "owner.pid", str(os.getpid()))
             gateway = self.backend.prespawn_gateway(cage)
-            config = make_config()
-            if config.name != name:
-                raise StateError(f"the configuration names cage {config.name!r}, not {name!r}")
-            self.backend.validate(config)
-            self._write_state(cage, config,
-                              *resolve_volumes(config, base, project, (self.store.root,)))
-            self.backend.start(cage, config, gateway=gateway)
-            return self.backend.exec(cage, list(command or config.container.command),
-                                     interactive)
+            spec = make_spec()
+            if spec.name != name:
+                raise StateError(f"the configuration names cage {spec.name!r}, not {name!r}")
+            self.backend.validate(spec)
+            self._write_state(cage, spec,
+                              *resolve_volumes(spec, base, project, (self.store.root,)))
+            self.backend.start(cage, spec, gateway=gateway)
+            return self.backend.exec(cage, list(command or spec.command), interactive)
         finally:
             self.backend.stop(cage, grace=0)  # its audit log goes with it: no summary to wait for
             self.store.remove(name)
@@ -331,7 +334,9 @@ class CageService:
         else:
             raise StateError(f"no cage named {name!r} and no secret stored for one; see "
                              "`agentcage ls` (`secret set` works before `cage create`)")
-        return cage, config, cage_secrets.store_of(cage, config), cage_secrets.book_of(cage)
+        choice = cage_secrets.store_of(cage, config.secrets.backend,
+                                       config.secrets.allow_plaintext)
+        return cage, config, choice, cage_secrets.book_of(cage)
 
     def _apply_secrets(self, cage: CageDir, config: CageConfig) -> bool:
         """Re-stage and reload a running cage; False when it is not running."""
@@ -340,7 +345,8 @@ class CageService:
         runtime = self.backend.runtime(cage)
         if runtime.get("status") != "running":
             return False
-        cage_secrets.stage_for_gateway(cage, config)
+        cage_secrets.stage_for_gateway(cage, config.secrets.backend,
+                                       config.secrets.allow_plaintext)
         cage_secrets.reload_gateway(cage, runtime)
         return True
 

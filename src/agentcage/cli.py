@@ -16,13 +16,15 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from agentcage import __version__
 from agentcage.completion import complete_cages, complete_scaffolds
-from agentcage.config.scaffolds import scaffold_config, scaffold_names, scaffold_text
+from agentcage.config.overrides import Overrides
+from agentcage.config.scaffolds import check_scaffold, scaffold_names, scaffold_spec, scaffold_text
 from agentcage.errors import AgentcageError, ConfigError
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
@@ -112,28 +114,25 @@ def _apply_overrides(config, **overrides):
 @click.option("--allow", multiple=True, help="allow a domain for this run (repeatable)")
 def run(scaffold, command, project, config_path, name, uplink, dns, trust, upstream_ca, allow):
     """Run SCAFFOLD's agent (or COMMAND after --) in an ephemeral cage, removed on exit."""
-    import secrets
-
     from agentcage.names import NAME_RE
 
-    cage_name = name or f"run-{secrets.token_hex(3)}"
+    cage_name = name or f"run-{os.urandom(3).hex()}"  # secrets.token_hex(3), without its import
     if not NAME_RE.match(cage_name):
         raise ConfigError(f"--name {cage_name!r}: use a-z, 0-9 and '-'")
     base = config_path.resolve().parent if config_path else Path.cwd()
     if not config_path:
-        scaffold_text(scaffold, cage_name)  # an unknown scaffold fails before anything starts
+        check_scaffold(scaffold)  # an unknown scaffold fails before anything starts
+    overrides = Overrides(name=cage_name, uplink=uplink, dns=dns, trust=trust,
+                          upstream_ca=upstream_ca, allow=allow, lifecycle="ephemeral")
 
-    def make_config():  # parsed while the gateway process starts (see run_ephemeral)
-        if config_path:
-            from agentcage.config.load import load_config
+    def make_spec():  # made while the gateway is being prepared (see run_ephemeral)
+        if not config_path:
+            return scaffold_spec(scaffold, overrides)  # no YAML, no model when it can vouch
+        from agentcage.config.load import load_config
 
-            config = load_config(config_path)
-        else:
-            config = scaffold_config(scaffold, cage_name)
-        return _apply_overrides(config, name=cage_name, uplink=uplink, dns=dns, trust=trust,
-                                upstream_ca=upstream_ca, allow=allow, lifecycle="ephemeral")
+        return _apply_overrides(load_config(config_path), **asdict(overrides)).spec()
 
-    rc = _service().run_ephemeral(cage_name, make_config, base, project,
+    rc = _service().run_ephemeral(cage_name, make_spec, base, project,
                                   _command(command) or None, interactive=sys.stdin.isatty())
     sys.exit(rc)
 

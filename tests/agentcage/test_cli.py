@@ -260,6 +260,34 @@ def test_ephemeral_run_leaves_nothing(home, net):
 
 
 @pytest.mark.netns
+def test_a_scaffold_runs_without_pydantic_or_yaml_and_refuses_as_the_model_does(home, net):
+    """`run SCAFFOLD` takes the scaffold's stored validated form (config/forms.py); what it
+    cannot vouch for goes to the model, whose refusal is the one line printed."""
+    project = make_project(home / "work")
+    env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentcage.cli", "run",
+                        "minimal", "--project", str(project), *run_args(net), "--", "true"],
+                       env=env, capture_output=True, text=True, timeout=90, cwd=home,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "agentcage.backends.namespace" in imported  # the measure sees the run's imports
+    assert not {m for m in imported if m.split(".")[0] in ("pydantic", "yaml")}
+    for args, line in [
+        (["--uplink", "vpn"], "error: command-line options: gateway.uplink = 'vpn': write host "
+                              "or netns:NAME (an existing network namespace)"),
+        (["--dns", "resolver"], "error: command-line options: dns_servers.0 = 'resolver': "
+                                "write an IP address, e.g. 10.200.0.53"),
+        (["--name", "yes"], "error: scaffold minimal: name = True: Input should be a valid "
+                            "string"),
+    ]:
+        r = agentcage(home, "run", "minimal", "--project", str(project), *args, "--", "true")
+        assert (r.returncode, r.stderr) == (1, line + "\n"), args
+    assert list((home / "home" / "cages").iterdir()) == []
+
+
+@pytest.mark.netns
 def test_ephemeral_run_cleans_up_on_interrupt(home, net):
     project = make_project(home / "work")
     before = our_namespaces(home)

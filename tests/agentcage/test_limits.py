@@ -76,9 +76,9 @@ def test_bad_limits_are_refused(text, why):
 
 
 def test_defaults_are_safe():
-    limits = load_config_text("name: a").container.limits
-    assert limits.memory == 2 * 1024**3 and limits.pids == 1024
-    assert 0 < limits.cpus() < (os.cpu_count() or 1) + 0.01
+    spec = load_config_text("name: a").spec()
+    assert spec.memory == 2 * 1024**3 and spec.pids == 1024
+    assert spec.cpus is not None and 0 < spec.cpus < (os.cpu_count() or 1) + 0.01
 
 
 LIMITS = "container: {limits: {memory: 256m, pids: 64, cpu: 0.5}}"

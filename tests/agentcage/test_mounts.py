@@ -17,8 +17,9 @@ from tests.agentcage.test_cli import AGENTCAGE
 
 
 def config_with(*volumes: str):
+    """The spec (what the backend takes) of a cage.yaml with these volumes."""
     listed = ", ".join(f"'{v}'" for v in volumes)
-    return load_config_text(f"name: m\ncontainer: {{volumes: [{listed}]}}\n")
+    return load_config_text(f"name: m\ncontainer: {{volumes: [{listed}]}}\n").spec()
 
 
 def project_tree(tmp_path: Path) -> Path:

@@ -30,16 +30,12 @@ from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway import obituary
-from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
-from agentcage.inspect.content_type import ContentTypeSettings
-from agentcage.inspect.entropy import EntropySettings
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
-from agentcage.typed import from_mapping
 
 if TYPE_CHECKING:
-    from agentcage.config.model import CageConfig
+    from agentcage.config.spec import CageSpec
 
 def upstream_bundle(extra_files: Sequence[str]) -> bytes:
     """Public CAs (certifi, else the system bundle) plus any extra CA files of the test world."""
@@ -70,15 +66,15 @@ def resolv_conf_servers(text: str) -> tuple[str, ...]:
     return tuple(servers)
 
 
-def upstream_dns_servers(config: CageConfig) -> tuple[str, ...]:
+def upstream_dns_servers(spec: CageSpec) -> tuple[str, ...]:
     """`dns_servers`, or else the uplink's own resolver configuration: the host's
     /etc/resolv.conf (a stub at 127.0.0.53 included: the gateway queries it from the host's
     namespace), or /etc/netns/NAME/resolv.conf for a named uplink namespace that has one."""
-    if config.dns_servers:
-        return tuple(config.dns_servers)
-    uplink_ns = config.gateway.uplink.removeprefix("netns:")
+    if spec.dns_servers:
+        return spec.dns_servers
+    uplink_ns = spec.uplink.removeprefix("netns:")
     candidates = [Path("/etc/resolv.conf")]
-    if uplink_ns != config.gateway.uplink:
+    if uplink_ns != spec.uplink:
         candidates.insert(0, Path("/etc/netns") / uplink_ns / "resolv.conf")
     for path in candidates:
         try:
@@ -143,27 +139,30 @@ class NamespaceBackend:
     def write_meta(self, cage: CageDir, meta: CageMeta) -> None:
         write_json(cage.root / "meta.json", meta.to_dict())
 
-    def validate(self, config: CageConfig) -> None:
-        """Refuse what this backend cannot enforce, instead of silently ignoring it."""
+    def validate(self, spec: CageSpec) -> None:
+        """Refuse what this backend cannot enforce, instead of silently ignoring it (read
+        from the validated form: what cage.yaml asks for)."""
+        doc = spec.document
+        container, ports, agents = doc["container"], doc["ports"], doc["agents"]
         unsupported = []
-        if config.isolation not in ("auto", "namespace"):
-            unsupported.append(f"isolation {config.isolation} (this backend is namespace)")
-        if config.ports.udp.allow:
+        if doc["isolation"] not in ("auto", "namespace"):
+            unsupported.append(f"isolation {doc['isolation']} (this backend is namespace)")
+        if ports["udp"]["allow"]:
             unsupported.append("ports.udp.allow")
-        if config.ports.icmp.allow:
+        if ports["icmp"]["allow"]:
             unsupported.append("ports.icmp.allow")
-        if config.ports.tcp.passthrough or config.domains.passthrough:
+        if ports["tcp"]["passthrough"] or doc["domains"]["passthrough"]:
             unsupported.append("passthrough (uninspected TLS)")
-        if config.container.ports:
+        if container["ports"]:
             unsupported.append("container.ports")
-        if not config.container.read_only:
+        if not container["read_only"]:
             unsupported.append("container.read_only: false")
-        if config.container.image:
+        if container["image"]:
             unsupported.append("container.image (it runs the host's own binaries, read-only: "
                                "install the agent on the host, e.g. `npm install -g`)")
-        if config.container.rootfs:
+        if container["rootfs"]:
             unsupported.append("container.rootfs")
-        if config.agents.decider.enable or config.agents.watcher.enable:
+        if agents["decider"]["enable"] or agents["watcher"]["enable"]:
             unsupported.append("agents.decider / agents.watcher (not built yet)")
         if unsupported:
             raise BackendError(
@@ -172,18 +171,18 @@ class NamespaceBackend:
 
     # ---- start / stop --------------------------------------------------------------------
 
-    def start(self, cage: CageDir, config: CageConfig, gateway: Pending | None = None) -> dict:
+    def start(self, cage: CageDir, spec: CageSpec, gateway: Pending | None = None) -> dict:
         """Build and start the cage. `gateway`: what `prespawn_gateway` began, to use."""
         from agentcage.checks import require_host
 
         try:
             require_host()
-            self.validate(config)
-            uplink = config.gateway.uplink
+            self.validate(spec)
+            uplink = spec.uplink
             far = uplink.removeprefix("netns:")
             if far != uplink and host.netns_inode(far) is None:
                 raise BackendError(f"gateway.uplink: namespace {far} does not exist")
-            dns_servers = upstream_dns_servers(config)
+            dns_servers = upstream_dns_servers(spec)
             with self.store.lock():
                 runtime = self.runtime(cage)
                 ours = (gateway is not None and gateway.process is not None
@@ -199,7 +198,7 @@ class NamespaceBackend:
                 self.stop(cage, grace=0)
             raise
         try:
-            return self._bring_up(cage, config, plan, gateway, dns_servers)
+            return self._bring_up(cage, spec, plan, gateway, dns_servers)
         except BaseException:
             self.stop(cage)
             raise
@@ -224,7 +223,7 @@ class NamespaceBackend:
                         used.add(int(plan["slot"]))
         return used
 
-    def _bring_up(self, cage: CageDir, config: CageConfig, plan: netplan.NetPlan,
+    def _bring_up(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
                   gateway: Pending | None, dns_servers: tuple[str, ...]) -> dict:
         # Begin the gateway first: a spawned one imports mitmproxy (most of the start-up time)
         # while the network and firewall are built, opening no socket until gateway.json
@@ -236,19 +235,20 @@ class NamespaceBackend:
                 write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
                                           **_identity(pending.process)})
         # The cage's resource limits: its cgroup exists before any workload can start.
-        limits = cgroups.Limits(config.container.limits.memory, config.container.limits.pids,
-                                config.container.limits.cpus())
+        limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
         for batch in netplan.setup_batches(plan):
             host.run_batch(batch)
         host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
         host.write_sysctls(plan.gw_ns, sysctls())
-        atomic_write(cage.upstream_ca, upstream_bundle(config.gateway.upstream_ca_files))
+        atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files))
         # The secret values go to the gateway only, through tmpfs; never into the cage.
         from agentcage.secrets import cage as cage_secrets
 
-        secrets_path = cage_secrets.stage_for_gateway(cage, config)
+        secrets_path = cage_secrets.stage_for_gateway(cage, spec.secrets_backend,
+                                                      spec.allow_plaintext)
         settings = GatewaySettings(
+            **spec.gateway,  # what cage.yaml decides, in the settings' own names
             cage_name=cage.name,
             netns=plan.gw_ns,
             cage_iface=netplan.GW_CAGE_IF,
@@ -262,25 +262,10 @@ class NamespaceBackend:
             ready_path=str(cage.gateway_ready),
             confdir=str(cage.ca_dir),
             upstream_ca_path=str(cage.upstream_ca),
-            tcp_ports=tuple(sorted(set(config.ports.tcp.allow))),
-            trusted_networks=tuple(config.gateway.trusted_networks),
-            rate_per_second=config.rate_limit.requests_per_second,
-            rate_burst=config.rate_limit.burst,
-            connect_timeout_seconds=config.gateway.connect_timeout_seconds,
-            log_level=config.logging.level,
-            first_byte_timeout_seconds=config.gateway.first_byte_timeout_seconds,
-            idle_timeout_seconds=config.gateway.idle_timeout_seconds,
-            max_request_body=config.max_request_body,
+            tcp_ports=spec.tcp_ports,
+            trusted_networks=spec.trusted_networks,
             secrets_path=str(secrets_path),
             reload_ack_path=str(cage_secrets.reload_ack_path(cage)),
-            secret_injection=tuple(e.model_dump() for e in config.secret_injection),
-            entropy=from_mapping(EntropySettings, config.entropy.model_dump(exclude_none=True),
-                                 "entropy"),
-            content_type=from_mapping(ContentTypeSettings,
-                                      config.content_type.model_dump(exclude_none=True),
-                                      "content_type"),
-            inspectors=tuple(i.model_dump() for i in config.inspectors),
-            capture=from_mapping(CaptureSettings, config.capture.model_dump(), "capture"),
             capture_path=str(cage.capture),
         )
         host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))

@@ -15,7 +15,7 @@ from agentcage.errors import BackendError
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
 if TYPE_CHECKING:
-    from agentcage.config.model import CageConfig
+    from agentcage.config.spec import CageSpec
 
 
 @dataclass(frozen=True)
@@ -72,23 +72,19 @@ def load_meta(path: Path) -> CageMeta:
                          "(`agentcage destroy -y NAME` still cleans up)") from None
 
 
-def make_meta(config: CageConfig, project: Path, host_uid: int, host_gid: int,
+def make_meta(spec: CageSpec, project: Path, host_uid: int, host_gid: int,
               volumes: tuple[tuple[str, str, str], ...]) -> CageMeta:
-    uid, gid = config.container.uid_gid
-    tmpfs = tuple((t.target, t.size_bytes) for t in config.container.parsed_tmpfs())
+    tmpfs = tuple((target, size) for target, size in spec.tmpfs)
     if not any(t == "/tmp" for t, _ in tmpfs):
         tmpfs += (("/tmp", None),)
-    return CageMeta(str(project), host_uid, host_gid, volumes, uid, gid, tmpfs,
-                    tuple(sorted(config.container.env.items())), config.lifecycle,
-                    tuple(sorted(r.env for r in config.secret_injection)),
-                    tuple(sorted(config.container.files.items())))
+    return CageMeta(str(project), host_uid, host_gid, volumes, spec.uid, spec.gid, tmpfs,
+                    spec.env, spec.lifecycle, spec.secret_env, spec.files)
 
 
-def choose_host_user(config: CageConfig, project: Path) -> tuple[int, int, str]:
+def choose_host_user(spec: CageSpec, project: Path) -> tuple[int, int, str]:
     """The real unprivileged host uid/gid the workload runs as (never 0), and why that one."""
-    chosen = config.container.host_user
-    if chosen != "auto":
-        return int(chosen), int(chosen), "container.host_user"
+    if spec.host_user is not None:
+        return spec.host_user, spec.host_user, "container.host_user"
     st = project.stat()
     if st.st_uid != 0:
         return st.st_uid, st.st_gid, "host_user auto: the project's owner"
@@ -117,7 +113,7 @@ def check_access(host_uid: int, host_gid: int,
             )
 
 
-def resolve_volumes(config: CageConfig, base: Path, project: Path | None,
+def resolve_volumes(spec: CageSpec, base: Path, project: Path | None,
                     protected: tuple[Path, ...] = ()) -> tuple[
         Path, tuple[tuple[str, str, str], ...]]:
     """(project dir, all volumes with absolute host paths); --project overrides /workspace.
@@ -129,14 +125,14 @@ def resolve_volumes(config: CageConfig, base: Path, project: Path | None,
 
     volumes = []
     proj = project
-    for v in config.container.parsed_volumes():
-        src = Path(os.path.expanduser(v.host))
+    for host, target, mode in spec.volumes:
+        src = Path(os.path.expanduser(host))
         src = (base / src).resolve() if not src.is_absolute() else src.resolve()
-        if v.target == WORKSPACE:
+        if target == WORKSPACE:
             if project is not None:
                 src = project.resolve()
             proj = src
-        volumes.append((str(src), v.target, v.mode))
+        volumes.append((str(src), target, mode))
     if proj is None:
         proj = (project or base).resolve()
         volumes.append((str(proj), WORKSPACE, "rw"))

@@ -11,7 +11,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from agentcage.config.document import document_text
 from agentcage.config.model import CageConfig
+from agentcage.config.overrides import Overrides, apply
 from agentcage.errors import ConfigError
 
 _MAX_VALUE_CHARS = 60
@@ -149,7 +151,7 @@ def load_config(path: str | Path) -> CageConfig:
 
 def dump_config(config: CageConfig) -> str:
     """The config as YAML (defaults included), for the state directory."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    return document_text(config.model_dump(mode="json"))
 
 
 def apply_overrides(config: CageConfig, *, name: str | None = None, uplink: str | None = None,
@@ -158,22 +160,8 @@ def apply_overrides(config: CageConfig, *, name: str | None = None, uplink: str 
                     lifecycle: str | None = None) -> CageConfig:
     """`config` with command-line choices applied on top (validated again as a whole): a name,
     an uplink, DNS servers (replacing), trusted networks, upstream CA files and allowed domains
-    (added), a lifecycle."""
+    (added), a lifecycle. What each does: overrides.py."""
     data = yaml.safe_load(dump_config(config))
-    if name:
-        data["name"] = name
-    if uplink:
-        data["gateway"]["uplink"] = uplink
-    if dns:
-        data["dns_servers"] = list(dns)
-    if trust:
-        data["gateway"]["trusted_networks"] = [*data["gateway"]["trusted_networks"], *trust]
-    if upstream_ca:
-        data["gateway"]["upstream_ca_files"] = [*data["gateway"]["upstream_ca_files"],
-                                                *(str(Path(p).resolve()) for p in upstream_ca)]
-    if allow:
-        data["domains"]["mode"] = data["domains"].get("mode") or "allowlist"
-        data["domains"]["allow"] = [*data["domains"].get("allow", []), *allow]
-    if lifecycle:
-        data["lifecycle"] = lifecycle
-    return load_config_text(yaml.safe_dump(data), source="command-line options")
+    apply(data, Overrides(name, uplink, dns, trust, upstream_ca, allow, lifecycle))
+    # in the configuration's own order (a scaffold's stored form keeps it too)
+    return load_config_text(yaml.safe_dump(data, sort_keys=False), source="command-line options")

@@ -6,7 +6,6 @@ Keys and defaults follow the public agentcage; additions for the namespace backe
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from typing import Annotated, Literal
@@ -21,11 +20,13 @@ from pydantic import (
     model_validator,
 )
 
+from agentcage.config import syntax
+from agentcage.config.spec import CageSpec
+from agentcage.config.syntax import parse_size, parse_tmpfs, parse_volume
 from agentcage.domains import DomainPattern, parse_pattern
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
-from agentcage.mounts import target_refusal, written_source_refusal
 from agentcage.names import NAME_RE
 
 # Defaults of what the gateway enforces are declared once, by the gateway's own settings types;
@@ -41,54 +42,8 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _pattern(value: str) -> str:
-    return str(parse_pattern(value))
-
-
-Pattern = Annotated[str, AfterValidator(_pattern)]
+Pattern = Annotated[str, AfterValidator(syntax.domain_pattern)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-
-
-class Volume(Strict):
-    host: str
-    target: str
-    mode: Literal["rw", "ro"] = "rw"
-
-
-def parse_volume(spec: str) -> Volume:
-    parts = str(spec).split(":")
-    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
-        raise ValueError("write HOST:CONTAINER[:rw|ro], e.g. .:/workspace:rw")
-    mode = parts[2] if len(parts) == 3 else "rw"
-    if mode not in ("rw", "ro"):
-        raise ValueError(f"mode must be rw or ro, not {mode!r}")
-    for refusal in (target_refusal(parts[1]), written_source_refusal(parts[0])):
-        if refusal:
-            raise ValueError(refusal)
-    return Volume(host=parts[0], target=parts[1], mode=mode)  # type: ignore[arg-type]
-
-
-class TmpfsMount(Strict):
-    target: str
-    size_bytes: int | None = None
-
-
-def parse_tmpfs(spec: str) -> TmpfsMount:
-    target, _, opts = str(spec).partition(":")
-    if not target.startswith("/"):
-        raise ValueError("write /PATH[:options], e.g. /tmp:rw,size=512m")
-    size = None
-    for opt in filter(None, opts.split(",")):
-        if opt.startswith("size="):
-            size = _parse_size(opt[5:])
-    return TmpfsMount(target=target, size_bytes=size)
-
-
-def _parse_size(text: str) -> int:
-    m = re.fullmatch(r"(\d+)([kmg]?)", text.strip().lower())
-    if not m:
-        raise ValueError(f"size {text!r} is not like 512m")
-    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2)]
 
 
 def _memory(value: object) -> int | None:
@@ -96,7 +51,7 @@ def _memory(value: object) -> int | None:
         return None
     if isinstance(value, bool):
         raise ValueError("write a size like 2g or 512m, or null for no limit")
-    size = value if isinstance(value, int) else _parse_size(str(value))
+    size = value if isinstance(value, int) else parse_size(str(value))
     if size < 32 * 1024**2:
         raise ValueError("at least 32m: an agent cannot start in less")
     return size
@@ -109,12 +64,6 @@ class ResourceLimits(Strict):
     pids: Annotated[int, Field(ge=16, le=4_194_304)] | None = 1024
     # CPUs' worth of time; auto: all of the host's but half a CPU, so the host keeps some
     cpu: Annotated[float, Field(gt=0, le=1024)] | Literal["auto"] | None = "auto"
-
-    def cpus(self) -> float | None:
-        if self.cpu == "auto":
-            count = os.cpu_count() or 1
-            return max(0.5, count - 0.5)
-        return self.cpu
 
 
 class Container(Strict):
@@ -203,17 +152,6 @@ class Container(Strict):
         if not v:
             raise ValueError("no_new_privileges cannot be turned off; remove the key")
         return v
-
-    @property
-    def uid_gid(self) -> tuple[int, int]:
-        uid, _, gid = self.user.partition(":")
-        return int(uid), int(gid or uid)
-
-    def parsed_volumes(self) -> list[Volume]:
-        return [parse_volume(s) for s in self.volumes]
-
-    def parsed_tmpfs(self) -> list[TmpfsMount]:
-        return [parse_tmpfs(s) for s in self.tmpfs]
 
 
 class Domains(Strict):
@@ -358,36 +296,15 @@ class Logging(Strict):
     level: Literal["debug", "info", "warning", "error"] = "warning"
 
 
-def _uplink(value: str) -> str:
-    if value == "host":
-        return value
-    if value.startswith("netns:") and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", value[6:]):
-        return value
-    raise ValueError("write host or netns:NAME (an existing network namespace)")
-
-
-def _network(value: str) -> str:
-    try:
-        return str(ipaddress.ip_network(value, strict=False))
-    except ValueError:
-        raise ValueError("write a network in CIDR form, e.g. 10.200.0.0/16") from None
-
-
 class Gateway(Strict):
-    uplink: Annotated[str, AfterValidator(_uplink)] = "host"
-    trusted_networks: list[Annotated[str, AfterValidator(_network)]] = Field(default_factory=list)
+    uplink: Annotated[str, AfterValidator(syntax.uplink)] = "host"
+    trusted_networks: list[Annotated[str, AfterValidator(syntax.network)]] = Field(
+        default_factory=list)
     upstream_ca_files: list[str] = Field(default_factory=list)
     connect_timeout_seconds: Annotated[int, Field(ge=1, le=60)] = _GW.connect_timeout_seconds
     first_byte_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = (
         _GW.first_byte_timeout_seconds)
     idle_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = _GW.idle_timeout_seconds
-
-
-def _ip(value: str) -> str:
-    try:
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        raise ValueError("write an IP address, e.g. 10.200.0.53") from None
 
 
 class CageConfig(Strict):
@@ -407,7 +324,7 @@ class CageConfig(Strict):
     inspectors: list[CustomInspector] = Field(default_factory=list)
     agents: Agents = Field(default_factory=Agents)
     capture: Capture = Field(default_factory=Capture)
-    dns_servers: list[Annotated[str, AfterValidator(_ip)]] = Field(default_factory=list)
+    dns_servers: list[Annotated[str, AfterValidator(syntax.ip)]] = Field(default_factory=list)
     logging: Logging = Field(default_factory=Logging)
     gateway: Gateway = Field(default_factory=Gateway)
 
@@ -417,3 +334,7 @@ class CageConfig(Strict):
         if not NAME_RE.match(v):
             raise ValueError("use 1-63 of a-z, 0-9 and '-', starting with a letter or digit")
         return v
+
+    def spec(self) -> CageSpec:
+        """What the services and the backend take: made from the validated form (spec.py)."""
+        return CageSpec.of(self.model_dump(mode="json"))

@@ -21,16 +21,12 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from agentcage.errors import BackendError
 from agentcage.secrets.book import PlaceholderBook
 from agentcage.secrets.staging import StagedSecret, collect, run_dir, stage, unstage
 from agentcage.secrets.store import StoreChoice, open_store
 from agentcage.state import CageDir
-
-if TYPE_CHECKING:
-    from agentcage.config.model import CageConfig
 
 RELOAD_TIMEOUT = 10.0
 
@@ -52,26 +48,27 @@ def book_of(cage: CageDir) -> PlaceholderBook:
     return PlaceholderBook(secrets_root(cage))
 
 
-def store_of(cage: CageDir, config: CageConfig) -> StoreChoice:
-    return open_store(secrets_root(cage), config.secrets.backend, config.secrets.allow_plaintext)
+def store_of(cage: CageDir, backend: str, allow_plaintext: bool) -> StoreChoice:
+    """The cage's secret store, of cage.yaml's `secrets.backend` (and `allow_plaintext`)."""
+    return open_store(secrets_root(cage), backend, allow_plaintext)
 
 
-def staged_for(cage: CageDir, config: CageConfig) -> tuple[StagedSecret, ...]:
+def staged_for(cage: CageDir, backend: str, allow_plaintext: bool) -> tuple[StagedSecret, ...]:
     """Every stored secret of the cage with its placeholder (read on the host, never logged).
 
     A cage with no secret store and no injection rule has nothing to stage and opens no store."""
     book = book_of(cage)
     if not secrets_root(cage).exists():
         return ()
-    store = store_of(cage, config).store
+    store = store_of(cage, backend, allow_plaintext).store
     if not store.has_data():
         return ()
     return collect(store, book)
 
 
-def stage_for_gateway(cage: CageDir, config: CageConfig) -> Path:
+def stage_for_gateway(cage: CageDir, backend: str, allow_plaintext: bool) -> Path:
     """Write the gateway's staged copy (an empty list when there are no secrets)."""
-    return stage(staged_for(cage, config), gateway_staging_path(cage))
+    return stage(staged_for(cage, backend, allow_plaintext), gateway_staging_path(cage))
 
 
 def unstage_for_gateway(cage: CageDir) -> None:

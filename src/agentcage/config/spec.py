@@ -1,0 +1,117 @@
+"""What the cage services and the namespace backend take: a validated cage.yaml as one flat,
+typed parameter object, without pydantic.
+
+A `CageSpec` is made from the configuration's *validated form*: the JSON document the model
+produces (`CageConfig.model_dump(mode="json")`, the same document the state directory keeps
+as cage.yaml), or a built-in scaffold's stored copy of it (forms.py), so that `run` of a
+scaffold needs neither pydantic nor YAML parsing. Nothing here validates: the model did; the
+values are only read, with the shared value syntax (syntax.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentcage.config.syntax import TmpfsMount, Volume, cpus, parse_tmpfs, parse_volume, uid_gid
+
+# The gateway settings (gateway/settings.py) that cage.yaml decides, and where they are in it.
+_GATEWAY_SETTINGS = {
+    "rate_per_second": ("rate_limit", "requests_per_second"),
+    "rate_burst": ("rate_limit", "burst"),
+    "connect_timeout_seconds": ("gateway", "connect_timeout_seconds"),
+    "first_byte_timeout_seconds": ("gateway", "first_byte_timeout_seconds"),
+    "idle_timeout_seconds": ("gateway", "idle_timeout_seconds"),
+    "log_level": ("logging", "level"),
+    "max_request_body": ("max_request_body",),
+}
+
+
+@dataclass(frozen=True)
+class CageSpec:
+    document: Mapping[str, Any]  # the validated form (written to the state directory)
+    name: str
+    lifecycle: str
+    # the workload
+    command: tuple[str, ...]
+    host_user: int | None  # None: auto (chosen at create, see backends/profile.py)
+    uid: int
+    gid: int
+    volumes: tuple[Volume, ...]  # as written (resolved at create)
+    tmpfs: tuple[TmpfsMount, ...]
+    env: tuple[tuple[str, str], ...]
+    files: tuple[tuple[str, str], ...]  # (cage path, text)
+    secret_env: tuple[str, ...]  # env names with an injection rule: placeholders in the cage
+    memory: int | None
+    pids: int | None
+    cpus: float | None
+    # the domains, the secrets and the network
+    domain_mode: str | None
+    allow: tuple[str, ...]
+    block: tuple[str, ...]
+    secrets_backend: str
+    allow_plaintext: bool
+    uplink: str
+    dns_servers: tuple[str, ...]
+    upstream_ca_files: tuple[str, ...]
+    trusted_networks: tuple[str, ...]
+    tcp_ports: tuple[int, ...]
+    # the rest of what the gateway enforces: GatewaySettings' own names and types
+    gateway: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> CageSpec:
+        """The spec of a validated form (a document the model produced)."""
+        container, domains, gateway = doc["container"], doc["domains"], doc["gateway"]
+        limits = container["limits"]
+        host_user = container["host_user"]
+        uid, gid = uid_gid(container["user"])
+        rules = doc["secret_injection"]
+        settings: dict[str, Any] = {}
+        for key, path in _GATEWAY_SETTINGS.items():
+            value: Any = doc
+            for part in path:
+                value = value[part]
+            settings[key] = value
+        settings.update(
+            secret_injection=tuple(dict(r) for r in rules),
+            entropy=_present(doc["entropy"]),
+            content_type=_present(doc["content_type"]),
+            inspectors=tuple(dict(i) for i in doc["inspectors"]),
+            capture=dict(doc["capture"]),
+        )
+        return cls(
+            document=doc,
+            name=doc["name"],
+            lifecycle=doc["lifecycle"],
+            command=tuple(container["command"]),
+            host_user=None if host_user == "auto" else int(host_user),
+            uid=uid,
+            gid=gid,
+            volumes=tuple(parse_volume(v) for v in container["volumes"]),
+            tmpfs=tuple(parse_tmpfs(t) for t in container["tmpfs"]),
+            env=tuple(sorted(container["env"].items())),
+            files=tuple(sorted(container["files"].items())),
+            secret_env=tuple(sorted(r["env"] for r in rules)),
+            memory=limits["memory"],
+            pids=limits["pids"],
+            cpus=cpus(limits["cpu"]),
+            domain_mode=domains["mode"],
+            allow=tuple(domains["allow"]),
+            block=tuple(domains["block"]),
+            secrets_backend=doc["secrets"]["backend"],
+            allow_plaintext=doc["secrets"]["allow_plaintext"],
+            uplink=gateway["uplink"],
+            dns_servers=tuple(doc["dns_servers"]),
+            upstream_ca_files=tuple(gateway["upstream_ca_files"]),
+            trusted_networks=tuple(gateway["trusted_networks"]),
+            tcp_ports=tuple(sorted(set(doc["ports"]["tcp"]["allow"]))),
+            gateway=settings,
+        )
+
+
+def _present(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A section's keys that are set (unset optional refinements take the gateway's defaults)."""
+    return {k: v for k, v in section.items() if v is not None}
+

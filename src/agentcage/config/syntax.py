@@ -1,0 +1,99 @@
+"""The syntax of cage.yaml's values, without pydantic: one rule each, shared by the model's
+validation (model.py), the backend's settings (spec.py) and command-line overrides applied to
+a built-in scaffold's stored form (scaffolds.py), so that none of them accepts what another
+refuses. Each raises ValueError with the message a user reads; each normalising rule returns
+the form the model stores.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from agentcage.mounts import target_refusal, written_source_refusal
+
+_UPLINK_NS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_SIZE = re.compile(r"(\d+)([kmg]?)")
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+# plain tuples: `run` reads these on every start, and a class per shape costs more to make
+type Volume = tuple[str, str, str]  # (host path as written, cage path, rw|ro)
+type TmpfsMount = tuple[str, int | None]  # (cage path, size in bytes or None)
+
+
+def parse_volume(spec: str) -> Volume:
+    parts = str(spec).split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise ValueError("write HOST:CONTAINER[:rw|ro], e.g. .:/workspace:rw")
+    mode = parts[2] if len(parts) == 3 else "rw"
+    if mode not in ("rw", "ro"):
+        raise ValueError(f"mode must be rw or ro, not {mode!r}")
+    for refusal in (target_refusal(parts[1]), written_source_refusal(parts[0])):
+        if refusal:
+            raise ValueError(refusal)
+    return parts[0], parts[1], mode
+
+
+def parse_tmpfs(spec: str) -> TmpfsMount:
+    target, _, opts = str(spec).partition(":")
+    if not target.startswith("/"):
+        raise ValueError("write /PATH[:options], e.g. /tmp:rw,size=512m")
+    size = None
+    for opt in filter(None, opts.split(",")):
+        if opt.startswith("size="):
+            size = parse_size(opt[5:])
+    return target, size
+
+
+def parse_size(text: str) -> int:
+    m = _SIZE.fullmatch(text.strip().lower())
+    if not m:
+        raise ValueError(f"size {text!r} is not like 512m")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+
+
+def cpus(cpu: float | str | None) -> float | None:
+    """CPUs' worth of time a `cpu:` limit grants; auto: all of the host's but half a CPU, so
+    the host keeps some."""
+    if cpu == "auto":
+        count = os.cpu_count() or 1
+        return max(0.5, count - 0.5)
+    return None if cpu is None else float(cpu)
+
+
+def uid_gid(user: str) -> tuple[int, int]:
+    """`container.user` (UID[:GID], already validated) as numbers."""
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)
+
+
+def uplink(value: str) -> str:
+    if value == "host":
+        return value
+    if value.startswith("netns:") and _UPLINK_NS.fullmatch(value[6:]):
+        return value
+    raise ValueError("write host or netns:NAME (an existing network namespace)")
+
+
+def network(value: str) -> str:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise ValueError("write a network in CIDR form, e.g. 10.200.0.0/16") from None
+
+
+def ip(value: str) -> str:
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError("write an IP address, e.g. 10.200.0.53") from None
+
+
+def domain_pattern(value: str) -> str:
+    from agentcage.domains import parse_pattern
+
+    return str(parse_pattern(value))
