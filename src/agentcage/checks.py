@@ -91,11 +91,12 @@ def _mitmproxy() -> Check:
 
 
 def _dnslib() -> Check:
-    try:
-        import dnslib  # noqa: F401
-    except ImportError:
-        return Check("dnslib", False, "not importable", "pip install dnslib")
-    return Check("dnslib", True, "importable")
+    # looked up, not imported: every start runs this check, and the gateway imports it itself
+    import importlib.util
+
+    if importlib.util.find_spec("dnslib") is None:
+        return Check("dnslib", False, "not installed", "pip install dnslib")
+    return Check("dnslib", True, "installed")
 
 
 def _limits() -> Check:

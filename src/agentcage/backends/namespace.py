@@ -37,15 +37,10 @@ from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_
 if TYPE_CHECKING:
     from agentcage.config.spec import CageSpec
 
+
 def upstream_bundle(extra_files: Sequence[str]) -> bytes:
     """Public CAs (certifi, else the system bundle) plus any extra CA files of the test world."""
-    try:
-        import certifi
-
-        base = Path(certifi.where()).read_bytes()
-    except ImportError:
-        base = Path(SYSTEM_BUNDLE_PATH).read_bytes()
-    parts = [base]
+    parts = [public_cas()]
     for f in extra_files:
         try:
             parts.append(Path(f).read_bytes())
@@ -54,6 +49,24 @@ def upstream_bundle(extra_files: Sequence[str]) -> bytes:
                 f"gateway.upstream_ca_files: cannot read {f} ({e.strerror})"
             ) from None
     return b"\n".join(parts)
+
+
+def public_cas() -> bytes:
+    """certifi's bundle, else the system's. certifi's file is found without importing it:
+    its import (importlib.resources) and `where()` cost a later cage a good part of its
+    start, and `where()` leaves an exit handler that makes the CLI's exit a full interpreter
+    teardown (see lean.py `_exit_now`). Its API is the fallback for an unusual install."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("certifi")
+    if spec is None:
+        return Path(SYSTEM_BUNDLE_PATH).read_bytes()
+    if spec.origin:
+        with contextlib.suppress(FileNotFoundError):
+            return Path(spec.origin).with_name("cacert.pem").read_bytes()
+    import certifi
+
+    return certifi.contents().encode("ascii")
 
 
 def resolv_conf_servers(text: str) -> tuple[str, ...]:
@@ -292,7 +305,7 @@ class NamespaceBackend:
                 return proc.pid
             if proc.ended():
                 break
-            time.sleep(0.005)
+            time.sleep(0.001)  # a later cage's gateway is ready tens of ms after `go`
         tail = ""
         with contextlib.suppress(OSError):
             tail = cage.gateway_log.read_text().strip().splitlines()[-1]
