@@ -183,6 +183,7 @@ class CageService:
         if self.store.cage(name).root.exists():
             raise StateError(f"cage {name!r} exists; destroy it or choose another name")
         cage = self.store.create(name)
+        gateway = None
         try:
             atomic_write(cage.root / "owner.pid", str(os.getpid()))
             gateway = self.backend.prespawn_gateway(cage)
@@ -195,6 +196,8 @@ class CageService:
             self.backend.start(cage, spec, gateway=gateway)
             return self.backend.exec(cage, list(command or spec.command), interactive)
         finally:
+            if gateway is not None:
+                gateway.close()  # a fork asked for and not taken exits
             self.backend.stop(cage, grace=0)  # its audit log goes with it: no summary to wait for
             self.store.remove(name)
 

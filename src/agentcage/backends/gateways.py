@@ -4,9 +4,12 @@ Two ways to start one; either way the process then runs the same code (gateway/m
 - spawned: `python -m agentcage.gateway --settings ... --wait ...`, which imports mitmproxy
   itself (most of a cold start), while the network is being built;
 - forked by the gateway zygote of the state root (zygote.py; gateway/zygote.py), which imported
-  it once for every cage: when the backend is asked to use one (the CLI does). A zygote that is
-  not running yet is started early, so that its imports overlap the network's construction as
-  a spawned gateway's do. Whenever a zygote cannot be used, the gateway is spawned.
+  it once for every cage: when the backend is asked to use one (the CLI does). A running zygote
+  is asked for the fork early, so that the fork and the gateway's CA are made while the network
+  is built (the gateway runs nothing of the cage before it is recorded and let go); a zygote
+  that is not running yet is started early, so that its imports overlap the network's
+  construction as a spawned gateway's do. Whenever a zygote cannot be used, the gateway is
+  spawned.
 
 runtime.json records the gateway's pid and start time (together, its identity): `stop` and a
 secrets reload signal the recorded pid only while it is still that process.
@@ -78,10 +81,18 @@ def recorded_gateway(runtime: dict, cage: CageDir) -> int | None:
 @dataclass
 class Pending:
     """A gateway on its way: already spawned (it waits for its settings), or to be forked by
-    the zygote once the settings are written."""
+    the zygote (asked for already, or once the settings are written)."""
 
     process: GatewayProcess | None = None
     zygote: zygotes.Client | None = None
+    requested: zygotes.Requested | None = None  # the fork asked for early, not taken yet
+
+    def close(self) -> None:
+        """A fork asked for and not taken exits (a spawned process is stopped as the cage
+        is: by identity)."""
+        if self.requested is not None:
+            self.requested.close()
+            self.requested = None
 
 
 class Launcher:
@@ -100,8 +111,14 @@ class Launcher:
         self._prepare(cage)
         if self.use_zygote:
             client = zygotes.Client(self.root, gateway_environment())
-            client.warm()
-            return Pending(zygote=client)
+            log = self._log(cage)
+            try:
+                requested = client.request_fork(cage.gateway_settings, log, READY_TIMEOUT)
+            finally:
+                os.close(log)
+            if requested is None:
+                client.warm()
+            return Pending(zygote=client, requested=requested)
         return Pending(process=self._spawn(cage))
 
     def launch(self, cage: CageDir, pending: Pending) -> GatewayProcess:
@@ -110,6 +127,13 @@ class Launcher:
         if pending.process is not None:
             return pending.process
         assert pending.zygote is not None
+        if pending.requested is not None:
+            requested, pending.requested = pending.requested, None
+            try:
+                forked = requested.result(timeout=READY_TIMEOUT)
+                return GatewayProcess(forked.pid, forked.start, forked=forked)
+            except zygotes.Unusable:
+                pass  # asked again, as if it had not been asked early (a stale one replaced)
         log = self._log(cage)
         try:
             forked = pending.zygote.fork_gateway(cage.gateway_settings, log, READY_TIMEOUT,

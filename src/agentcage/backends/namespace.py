@@ -208,6 +208,7 @@ class NamespaceBackend:
                                           "plan": plan.to_dict()})
         except BaseException:
             if gateway is not None:
+                gateway.close()
                 self.stop(cage, grace=0)
             raise
         try:
@@ -219,7 +220,8 @@ class NamespaceBackend:
     def prespawn_gateway(self, cage: CageDir) -> Pending:
         """Begin the gateway's slow part early: spawn its process, which waits (in the host
         network namespace, with no socket open) for gateway.json, then enters its own
-        namespace; or make sure the zygote is up or starting. See `_bring_up`."""
+        namespace; or ask the zygote for its fork (or make sure one is starting). See
+        `_bring_up`; `Pending.close` ends a fork that is never taken."""
         pending = self.gateways.early(cage)
         if pending.process is not None:
             write_json(cage.runtime, {"status": "starting", **_identity(pending.process)})
@@ -240,13 +242,20 @@ class NamespaceBackend:
                   gateway: Pending | None, dns_servers: tuple[str, ...]) -> dict:
         # Begin the gateway first: a spawned one imports mitmproxy (most of the start-up time)
         # while the network and firewall are built, opening no socket until gateway.json
-        # appears; a zygote that is not running yet does its imports meanwhile.
+        # appears; a zygote forks it meanwhile (or, not running yet, does its imports).
         pending = gateway
         if pending is None:
             pending = self.gateways.early(cage)
             if pending.process is not None:
                 write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
                                           **_identity(pending.process)})
+        try:
+            return self._build(cage, spec, plan, pending, dns_servers)
+        finally:
+            pending.close()  # a fork asked for and not taken (a failure before) exits
+
+    def _build(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan, pending: Pending,
+               dns_servers: tuple[str, ...]) -> dict:
         # The cage's resource limits: its cgroup exists before any workload can start.
         limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)

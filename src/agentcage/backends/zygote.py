@@ -36,6 +36,7 @@ from agentcage import procfs
 from agentcage.gateway.zygote import (
     LOCK_WAIT,
     lock_path,
+    ready_path,
     receive_message,
     send_message,
     socket_path,
@@ -80,6 +81,10 @@ class Place:
     @property
     def lock(self) -> Path:
         return lock_path(self.directory, self.key)
+
+    @property
+    def ready(self) -> Path:
+        return ready_path(self.directory, self.key)
 
     @property
     def log(self) -> Path:
@@ -256,7 +261,8 @@ def lock_held(p: Place) -> bool:
 
 
 class Client:
-    """The zygote of one state root, for one cage's start: warmed early, asked later."""
+    """The zygote of one state root, for one cage's start: asked (or warmed) early, its
+    gateway taken once the cage is built."""
 
     def __init__(self, root: Path, env: dict[str, str]):
         self.root, self.env = root, env
@@ -285,6 +291,27 @@ class Client:
             return False  # one that fails a check is left alone (and never used)
         sock.close()
         return False
+
+    def request_fork(self, settings: Path, log_fd: int, wait: float) -> Requested | None:
+        """Ask the zygote running now for the gateway of the cage whose settings will be
+        `settings`, and read its answer later (`Requested.result`): the fork and the
+        gateway's CA are then made while the caller builds the cage. The child waits for
+        `go` as ever, and runs nothing of the cage before. None unless a verified zygote has
+        done its imports by now: `fork_gateway` asks later (so a zygote that a command started
+        and then failed has forked nothing, and goes)."""
+        p = place(self.root)
+        if not p.ready.exists():
+            return None
+        try:
+            sock, zygote_pid = connect(p)
+        except Unusable:
+            return None
+        try:
+            _send_fork(sock, settings, log_fd, wait)
+        except Unusable:
+            sock.close()
+            return None
+        return Requested(sock, zygote_pid)
 
     def fork_gateway(self, settings: Path, log_fd: int, wait: float, timeout: float) -> Forked:
         """A gateway process for the cage whose settings are `settings`, forked by the zygote
@@ -318,19 +345,54 @@ def _fork(p: Place, connection: tuple[socket.socket, int], settings: Path, log_f
           wait: float, timeout: float) -> Forked:
     sock, zygote_pid = connection
     try:
-        reply = _ask(sock, {"op": "fork", "settings": str(settings), "wait": wait}, (log_fd,),
-                     timeout=timeout)  # a zygote still importing answers once it is done
-        if not reply.get("ok"):
-            error = str(reply.get("error", "refused"))
-            raise (Stale if error.startswith("stale zygote") else Unusable)(error)
-        pid, started = reply.get("pid"), reply.get("start")
-        if not isinstance(pid, int) or not isinstance(started, int) or pid <= 0:
-            raise Unusable(f"the zygote answered {reply!r}")
-        _check_child(pid, started, zygote_pid)
+        _send_fork(sock, settings, log_fd, wait)
     except BaseException:
-        sock.close()  # a child it forked all the same sees the hang-up and exits
+        sock.close()
         raise
-    return Forked(pid, started, sock)
+    return Requested(sock, zygote_pid).result(timeout)
+
+
+def _send_fork(sock: socket.socket, settings: Path, log_fd: int, wait: float) -> None:
+    sock.settimeout(10.0)
+    try:
+        send_message(sock, {"op": "fork", "settings": str(settings), "wait": wait}, (log_fd,))
+    except OSError as e:
+        raise Unusable(f"the zygote did not take the request: {e}") from None
+
+
+class Requested:
+    """A fork asked for, on the connection to the (verified) zygote; the answer not read."""
+
+    def __init__(self, sock: socket.socket, zygote_pid: int):
+        self.sock, self.zygote_pid = sock, zygote_pid
+
+    def result(self, timeout: float) -> Forked:
+        """The forked gateway, once the zygote answers (a zygote still importing answers once
+        it is done); Unusable (Stale) if it refused or the answer does not add up."""
+        sock = self.sock
+        try:
+            sock.settimeout(timeout)
+            try:
+                reply, extra = receive_message(sock)
+            except (OSError, ValueError) as e:
+                raise Unusable(f"the zygote did not answer: {e}") from None
+            for fd in extra:
+                os.close(fd)
+            if not reply.get("ok"):
+                error = str(reply.get("error", "refused"))
+                raise (Stale if error.startswith("stale zygote") else Unusable)(error)
+            pid, started = reply.get("pid"), reply.get("start")
+            if not isinstance(pid, int) or not isinstance(started, int) or pid <= 0:
+                raise Unusable(f"the zygote answered {reply!r}")
+            _check_child(pid, started, self.zygote_pid)
+        except BaseException:
+            sock.close()  # a child it forked all the same sees the hang-up and exits
+            raise
+        return Forked(pid, started, sock)
+
+    def close(self) -> None:
+        """Without taking the answer: a child forked for it sees the hang-up and exits."""
+        self.sock.close()
 
 
 def _check_child(pid: int, started: int, zygote_pid: int) -> None:

@@ -40,6 +40,8 @@ def preload() -> None:
     import mitmproxy.master
     import mitmproxy.options  # noqa: F401
 
+    from agentcage.gateway import mitmpatch  # noqa: F401
+
 
 def build_master(extra_addons: list[object]):
     """A running-loop Master with the gateway's addons; options are set by the caller."""

@@ -62,6 +62,12 @@ def lock_path(directory: Path, key: str) -> Path:
     return directory / f"{key}.lock"
 
 
+def ready_path(directory: Path, key: str) -> Path:
+    """Present while the zygote holding the lock has done its imports (it is made then, and
+    removed when it goes): a CLI asks it for a gateway before it needs one only then."""
+    return directory / f"{key}.ready"
+
+
 def send_message(sock: socket.socket, doc: dict, fds: tuple[int, ...] = ()) -> None:
     data = json.dumps(doc).encode() + b"\n"
     if fds:
@@ -106,6 +112,7 @@ def preload() -> None:
     from agentcage.gateway import main
 
     main.preload()
+    import agentcage.inspect.registry
     import agentcage.secrets.inject
     import agentcage.secrets.redact
     import agentcage.secrets.rules
@@ -199,6 +206,8 @@ class Zygote:
                 time.sleep(0.02)
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()  # the lock is ours: whoever made this socket is gone
+        with contextlib.suppress(FileNotFoundError):
+            ready_path(self.directory, self.key).unlink()  # and whoever was ready
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # the socket file is 0600 from the moment it exists
         try:
@@ -214,6 +223,8 @@ class Zygote:
         assert self.listener is not None
         preload()
         self.code = code_files()
+        os.close(os.open(ready_path(self.directory, self.key),
+                         os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         print(f"agentcage-zygote {self.key}: ready, pid {os.getpid()}, "
               f"{len(self.code)} code files", file=sys.stderr, flush=True)
         last = time.monotonic()
@@ -244,6 +255,8 @@ class Zygote:
     def release(self) -> None:
         if self.still_ours():
             self.path.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                ready_path(self.directory, self.key).unlink()
 
     # ---- requests ------------------------------------------------------------------------
 
