@@ -24,12 +24,74 @@ def run(argv: list[str], *, check: bool = True, input: str | None = None,
         result = subprocess.run(argv, input=input, capture_output=True, text=True,
                                 timeout=timeout, check=False)
     except FileNotFoundError:
-        raise BackendError(f"{argv[0]} is not installed; run `agentcage doctor`") from None
+        raise _not_installed(argv) from None
     except subprocess.TimeoutExpired:
-        raise BackendError(f"{' '.join(argv[:4])} timed out after {timeout:g}s") from None
-    if check and result.returncode != 0:
+        raise _timed_out(argv, timeout) from None
+    return _checked(result) if check else result
+
+
+class Running:
+    """A command started by `start`, its input given; `result` is what `run` returns."""
+
+    def __init__(self, argv: list[str], proc: subprocess.Popen[str]):
+        self.argv, self.proc = argv, proc
+
+    def result(self, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Wait for it (killed after `timeout`); BackendError, as `run`, if it failed."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except BaseException as e:
+            self.close()
+            if isinstance(e, subprocess.TimeoutExpired):
+                raise _timed_out(self.argv, timeout) from None
+            raise
+        return _checked(subprocess.CompletedProcess(self.argv, self.proc.returncode, out, err))
+
+    def close(self) -> None:
+        """Kill it unless it ended (for a start given up); reaped either way."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
+PIPE_SIZE = 65536  # what a pipe holds before a writer waits (Linux's default)
+
+
+def start(argv: list[str], *, input: str = "") -> Running:
+    """Start `argv` with `input` on its stdin and return at once (`Running.result` waits),
+    so that the caller can do other things while it runs. The input, a pipe's worth at most,
+    is written (and the pipe closed) before it starts."""
+    data = input.encode()
+    if len(data) > PIPE_SIZE:
+        raise ValueError(f"{len(data)} bytes of input do not fit a pipe")
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+        os.close(write_end)
+        write_end = -1
+        proc = subprocess.Popen(argv, stdin=read_end, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    except FileNotFoundError:
+        raise _not_installed(argv) from None
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    return Running(argv, proc)
+
+
+def _not_installed(argv: list[str]) -> BackendError:
+    return BackendError(f"{argv[0]} is not installed; run `agentcage doctor`")
+
+
+def _timed_out(argv: list[str], timeout: float) -> BackendError:
+    return BackendError(f"{' '.join(argv[:4])} timed out after {timeout:g}s")
+
+
+def _checked(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()
-        raise BackendError(f"{' '.join(argv)}: {detail[-1] if detail else 'failed'}")
+        raise BackendError(f"{' '.join(result.args)}: {detail[-1] if detail else 'failed'}")
     return result
 
 

@@ -259,10 +259,8 @@ class NamespaceBackend:
         # The cage's resource limits: its cgroup exists before any workload can start.
         limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
-        for batch in netplan.setup_batches(plan):
-            host.run_batch(batch)
-        host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
-        host.write_sysctls(plan.gw_ns, sysctls())
+        namespaces, *links = netplan.setup_batches(plan)
+        host.run_batch(namespaces)
         atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files))
         # The secret values go to the gateway only, through tmpfs; never into the cage.
         from agentcage.secrets import cage as cage_secrets
@@ -290,7 +288,20 @@ class NamespaceBackend:
             reload_ack_path=str(cage_secrets.reload_ack_path(cage)),
             capture_path=str(cage.capture),
         )
-        host.run(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]), input=render_ruleset(settings))
+        # The firewall is loaded into the gateway's namespace while the links are made (it
+        # names the cage's interface, which need not exist yet); both are in place before
+        # the gateway gets its settings.
+        firewall = host.start(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]),
+                              input=render_ruleset(settings))
+        try:
+            for batch in links:
+                host.run_batch(batch)
+            host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
+            host.write_sysctls(plan.gw_ns, sysctls())
+        except BaseException:
+            firewall.close()
+            raise
+        firewall.result()
         atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal
         proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
         try:
