@@ -193,8 +193,8 @@ class CageService:
             self.backend.validate(spec)
             self._write_state(cage, spec,
                               *resolve_volumes(spec, base, project, (self.store.root,)))
-            self.backend.start(cage, spec, gateway=gateway)
-            return self.backend.exec(cage, list(command or spec.command), interactive)
+            return self.backend.run(cage, spec, list(command or spec.command), interactive,
+                                    gateway=gateway)
         finally:
             if gateway is not None:
                 gateway.close()  # a fork asked for and not taken exits

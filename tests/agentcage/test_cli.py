@@ -288,6 +288,27 @@ def test_a_scaffold_runs_without_pydantic_or_yaml_and_refuses_as_the_model_does(
 
 
 @pytest.mark.netns
+def test_a_run_whose_gateway_does_not_start_runs_nothing(home, net):
+    """The command's sandbox is made while the gateway starts; a gateway that then fails (an
+    inspector that does not load) means the command never runs, and nothing is left."""
+    project = make_project(home / "work")
+    config = home / "cage.yaml"
+    config.write_text(cage_yaml(net, "nogw", [], extra="inspectors: [{name: 'no.such:Factory'}]\n"))
+    before = our_namespaces(home)
+    r = agentcage(home, "run", "minimal", "-c", str(config), "--name", "nogw", "--project",
+                  str(project), "--", "sh", "-c", "touch /workspace/ran")
+    assert r.returncode == 1 and "the gateway of cage nogw did not start" in r.stderr, r.stderr
+    assert not (project / "ran").exists()
+    assert our_namespaces(home) <= before
+    assert list((home / "home" / "cages").iterdir()) == []
+    # the control: the same run with a gateway that starts runs the command
+    config.write_text(cage_yaml(net, "nogw", []))
+    r = agentcage(home, "run", "minimal", "-c", str(config), "--name", "nogw", "--project",
+                  str(project), "--", "sh", "-c", "touch /workspace/ran")
+    assert r.returncode == 0 and (project / "ran").exists(), r.stderr
+
+
+@pytest.mark.netns
 def test_ephemeral_run_cleans_up_on_interrupt(home, net):
     project = make_project(home / "work")
     before = our_namespaces(home)

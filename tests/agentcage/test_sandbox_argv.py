@@ -85,6 +85,15 @@ def test_command_runs_behind_the_started_marker():
     assert tail[-2:] == ["claude", "--help"]
 
 
+def test_a_gated_command_waits_behind_the_started_marker():
+    argv = sandbox_argv(spec(gate_fd=11))
+    tail = argv[argv.index("--chdir") :]
+    assert tail[3:5] == ["/bin/sh", "-c"] and tail[6:9] == ["cage", "9", "11"]
+    assert tail[-2:] == ["claude", "--help"]
+    with pytest.raises(ValueError, match="behind the started marker"):
+        sandbox_argv(spec(started_fd=None, gate_fd=11))
+
+
 def test_interactive_command_gets_a_session_and_terminal_of_the_cage():
     argv = sandbox_argv(spec(interactive=True))
     assert "--new-session" in argv  # never the caller's terminal session

@@ -179,3 +179,28 @@ def test_a_layer_that_cannot_be_applied_refuses_to_run(cage, tmp_path):
     finally:
         meta_path.write_text(original)
     assert cage.sh("true").returncode == 0  # control
+
+
+def test_a_gated_command_runs_only_once_released(cage):
+    """`run` makes the sandbox while the gateway starts: the command waits behind the proof
+    that the sandbox is complete, and never runs unless let go."""
+    import select
+    import time
+
+    from agentcage.backends import workload
+
+    target = workload.running_target(cage.cage)
+    marker = cage.project / "gated-ran"
+    command = ["/bin/sh", "-c", "touch /workspace/gated-ran"]
+    held = workload.start(target, command, False, capture=True, gated=True)
+    ready, _, _ = select.select([held.started], [], [], 30)
+    assert ready, "the sandbox never completed"  # the proof is there, the command is not
+    time.sleep(0.3)
+    assert held.proc.poll() is None and not marker.exists()
+    held.abort()
+    assert held.proc.returncode is not None and not marker.exists()
+    # the control: let go, it runs
+    released = workload.start(target, command, False, capture=True, gated=True)
+    released.release()
+    assert released.wait(timeout=30).returncode == 0 and marker.exists()
+    marker.unlink()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,6 +186,22 @@ class NamespaceBackend:
 
     def start(self, cage: CageDir, spec: CageSpec, gateway: Pending | None = None) -> dict:
         """Build and start the cage. `gateway`: what `prespawn_gateway` began, to use."""
+        return self._start(cage, spec, gateway, None)[0]
+
+    def run(self, cage: CageDir, spec: CageSpec, command: Sequence[str], interactive: bool,
+            gateway: Pending | None = None) -> int:
+        """Start the cage and run `command` in it with the caller's terminal (`agentcage
+        run`); its exit code. The command's sandbox is made while the gateway starts (from
+        when it has written the cage's CA, which the sandbox carries), and the command waits
+        behind the proof that its sandbox is complete until the gateway is ready: it never
+        runs before, nor at all if the start fails."""
+        _, started = self._start(cage, spec, gateway, (command, interactive))
+        assert started is not None
+        return started.wait().returncode
+
+    def _start(self, cage: CageDir, spec: CageSpec, gateway: Pending | None,
+               command: tuple[Sequence[str], bool] | None,
+               ) -> tuple[dict, workload.Running | None]:
         from agentcage.checks import require_host
 
         try:
@@ -212,7 +228,7 @@ class NamespaceBackend:
                 self.stop(cage, grace=0)
             raise
         try:
-            return self._bring_up(cage, spec, plan, gateway, dns_servers)
+            return self._bring_up(cage, spec, plan, gateway, dns_servers, command)
         except BaseException:
             self.stop(cage)
             raise
@@ -239,7 +255,9 @@ class NamespaceBackend:
         return used
 
     def _bring_up(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
-                  gateway: Pending | None, dns_servers: tuple[str, ...]) -> dict:
+                  gateway: Pending | None, dns_servers: tuple[str, ...],
+                  command: tuple[Sequence[str], bool] | None,
+                  ) -> tuple[dict, workload.Running | None]:
         # Begin the gateway first: a spawned one imports mitmproxy (most of the start-up time)
         # while the network and firewall are built, opening no socket until gateway.json
         # appears; a zygote forks it meanwhile (or, not running yet, does its imports).
@@ -250,12 +268,13 @@ class NamespaceBackend:
                 write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
                                           **_identity(pending.process)})
         try:
-            return self._build(cage, spec, plan, pending, dns_servers)
+            return self._build(cage, spec, plan, pending, dns_servers, command)
         finally:
             pending.close()  # a fork asked for and not taken (a failure before) exits
 
     def _build(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan, pending: Pending,
-               dns_servers: tuple[str, ...]) -> dict:
+               dns_servers: tuple[str, ...], command: tuple[Sequence[str], bool] | None,
+               ) -> tuple[dict, workload.Running | None]:
         # The cage's resource limits: its cgroup exists before any workload can start.
         limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
@@ -311,17 +330,35 @@ class NamespaceBackend:
             proc.go()  # recorded: a forked gateway may serve (else it exits, doing nothing)
         finally:
             proc.close()
-        self._wait_ready(cage, proc)
-        runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
-                   "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
-                   "started_at": time.time()}
-        write_json(cage.runtime, runtime)
-        return runtime
+        started = None
+        try:
+            if command is not None:  # its sandbox is made meanwhile, its command held
+                self._wait_for(cage, proc, cage.ca_cert.exists)
+                target = workload.Target(cage, plan, self.meta(cage),
+                                         tuple(str(d) for d in cgroup_dirs))
+                started = workload.start(target, *command, capture=False, gated=True)
+            self._wait_ready(cage, proc)
+            runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
+                       "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
+                       "started_at": time.time()}
+            write_json(cage.runtime, runtime)
+        except BaseException:
+            if started is not None:
+                started.abort()
+            raise
+        if started is not None:
+            started.release()
+        return runtime, started
 
     def _wait_ready(self, cage: CageDir, proc: GatewayProcess) -> int:
+        return self._wait_for(cage, proc,
+                              lambda: cage.gateway_ready.exists() and cage.ca_cert.exists())
+
+    def _wait_for(self, cage: CageDir, proc: GatewayProcess, done: Callable[[], bool]) -> int:
+        """Until the gateway starting has made `done` true; BackendError if it ends first."""
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
-            if cage.gateway_ready.exists() and cage.ca_cert.exists():
+            if done():
                 return proc.pid
             if proc.ended():
                 break

@@ -58,6 +58,10 @@ class SandboxSpec:
     data_files: tuple[DataFile, ...] = ()
     seccomp_fd: int | None = None
     started_fd: int | None = None  # the sandbox writes one byte here just before the command
+    # With started_fd: once that byte is written, the command waits for a line here and runs
+    # only if one comes (the descriptor closed first: it ends without running). `run` makes
+    # the sandbox while the gateway starts, and lets the command run once it is ready.
+    gate_fd: int | None = None
     env: tuple[tuple[str, str], ...] = ()
     chdir: str = WORKSPACE
     root_links: dict[str, str] = field(default_factory=dict)  # /bin -> usr/bin on merged-/usr hosts
@@ -71,6 +75,8 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
         raise ValueError("the workload must run as an unprivileged host uid/gid, never 0")
     if spec.seccomp_fd is None:
         raise ValueError("a seccomp filter is mandatory")
+    if spec.gate_fd is not None and spec.started_fd is None:
+        raise ValueError("a gate is passed behind the started marker")
     argv = ["nsenter", f"--net=/run/netns/{spec.netns}", "--"]
     argv += [
         "setpriv",
@@ -111,7 +117,9 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
     argv += ["--remount-ro", "/"]
     argv += ["--seccomp", str(spec.seccomp_fd)]
     argv += ["--chdir", spec.chdir, "--"]
-    if spec.started_fd is not None:
+    if spec.started_fd is not None and spec.gate_fd is not None:
+        argv += ["/bin/sh", "-c", GATED_SCRIPT, "cage", str(spec.started_fd), str(spec.gate_fd)]
+    elif spec.started_fd is not None:
         # proof that every layer was applied: bwrap only execs this once the sandbox is complete
         argv += ["/bin/sh", "-c", STARTED_SCRIPT, "cage", str(spec.started_fd)]
     if spec.interactive:
@@ -125,6 +133,9 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
 # $0 ("cage") is what the shell names itself in its errors ("cage: 1: exec: x: not found");
 # $1 is the descriptor of the proof.
 STARTED_SCRIPT = 'printf s >"/proc/self/fd/$1" && shift && exec "$@"'
+# $2: the gate; `read` fails on its end without a line, and nothing runs
+GATED_SCRIPT = ('printf s >"/proc/self/fd/$1" && read -r go <"/proc/self/fd/$2" && shift 2 '
+                '&& exec "$@"')
 
 
 def sandbox_env(spec: SandboxSpec) -> dict[str, str]:

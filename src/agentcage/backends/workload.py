@@ -3,7 +3,8 @@ it receives on descriptors) and the three ways to run it — attached, captured,
 
 Every run is proven: the sandbox writes one byte on a pipe just before it execs the command,
 which it can only do once every layer is in place. No byte means nothing ran: an error, never a
-silent unsandboxed run.
+silent unsandboxed run. A command can also be held at a gate behind that byte (`start` with
+`gated`): its sandbox is made, and the command runs once `Running.release` says so, or never.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def workload_env(t: Target) -> dict[str, str]:
 
 
 def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list[int],
-                 started_fd: int) -> SandboxSpec:
+                 started_fd: int, gate_fd: int | None = None) -> SandboxSpec:
     """The spec of one command; the descriptors it opens are appended to `fds` (caller closes)."""
     def data(name: str, content: bytes, dest: str) -> DataFile:
         fd = _memfd(name, content)
@@ -140,6 +141,7 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         data_files=tuple(files),
         seccomp_fd=seccomp_fd,
         started_fd=started_fd,
+        gate_fd=gate_fd,
         env=cage_environment(f"http://{t.plan.gateway_address}:8080", workload_env(t),
                              os.environ.get("TERM")),
         root_links=host_root_links(),
@@ -155,18 +157,22 @@ def _before_exec(cgroup_dirs: tuple[str, ...]) -> None:
 
 
 def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dict,
-           detached: bool = False) -> tuple[subprocess.Popen, int]:
-    """Start one sandboxed command; returns the process and the read end of the started pipe."""
+           detached: bool = False, gate: int | None = None) -> tuple[subprocess.Popen, int]:
+    """Start one sandboxed command; returns the process and the read end of the started pipe.
+    `gate`: the read end of a pipe the command waits on (see `start`)."""
     fds: list[int] = []
     started_r, started_w = os.pipe()
     try:
         os.fchown(started_w, t.meta.host_uid, t.meta.host_gid)  # the sandbox reopens it
-        spec = sandbox_spec(t, command, interactive, fds, started_w)
+        if gate is not None:
+            os.fchown(gate, t.meta.host_uid, t.meta.host_gid)  # and this one
+        spec = sandbox_spec(t, command, interactive, fds, started_w, gate)
         if detached:
             spec = dataclasses.replace(spec, die_with_parent=False)
+        passed = (*fds, started_w) if gate is None else (*fds, started_w, gate)
         try:
             proc = subprocess.Popen(sandbox_argv(spec), env=sandbox_env(spec),
-                                    pass_fds=(*fds, started_w),
+                                    pass_fds=passed,
                                     preexec_fn=functools.partial(_before_exec, t.cgroups),
                                     **popen_args)
         except (OSError, subprocess.SubprocessError) as e:
@@ -185,6 +191,14 @@ def run(t: Target, command: Sequence[str], interactive: bool, capture: bool,
         timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """Run and wait; with `capture`, stdout/stderr are returned instead of inherited; with
     `interactive` (and no capture), the command gets a terminal of its own relayed to ours."""
+    return start(t, command, interactive, capture).wait(timeout)
+
+
+def start(t: Target, command: Sequence[str], interactive: bool, capture: bool,
+          gated: bool = False) -> Running:
+    """Start a command as `run` does, without waiting for it. `gated`: its sandbox is made,
+    and the command waits behind the proof that it is complete until `Running.release` (it
+    never runs if that does not come: `Running.abort`, or this process ending)."""
     master = None
     if capture:
         pipes: dict = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
@@ -195,40 +209,88 @@ def run(t: Target, command: Sequence[str], interactive: bool, capture: bool,
         pipes = {"stdin": slave, "stdout": slave, "stderr": slave}
     else:
         pipes = {}
+    gate_r, gate_w = os.pipe() if gated else (None, None)
     try:
-        proc, started = launch(t, command, interactive, pipes)
+        proc, started = launch(t, command, interactive, pipes, gate=gate_r)
+    except BaseException:
+        for fd in (master, gate_w):
+            if fd is not None:
+                os.close(fd)
+        raise
     finally:
         if master is not None:
             os.close(pipes["stdin"])  # the sandbox holds the other end now
-    try:
+        if gate_r is not None:
+            os.close(gate_r)
+    return Running(t.cage.name, list(command), proc, started, capture, master, gate_w)
+
+
+class Running:
+    """A sandboxed command started by `start`: its process, the read end of its proof, its
+    terminal's master (interactive), and the write end of its gate until it is released."""
+
+    def __init__(self, cage: str, command: list[str], proc: subprocess.Popen, started: int,
+                 capture: bool, master: int | None, gate: int | None):
+        self.cage, self.command, self.proc, self.started = cage, command, proc, started
+        self.capture, self.master, self.gate = capture, master, gate
+
+    def release(self) -> None:
+        """Let a gated command run."""
+        if self.gate is not None:
+            gate, self.gate = self.gate, None
+            try:
+                os.write(gate, b"go\n")
+            except BrokenPipeError:
+                pass  # the sandbox is gone: `wait` finds no proof and says so
+            finally:
+                os.close(gate)
+
+    def abort(self) -> None:
+        """End it, a gated command before it ran (its gate closed unanswered)."""
+        for fd in (self.gate, self.master):
+            if fd is not None:
+                os.close(fd)
+        self.gate = self.master = None
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.communicate()
+        os.close(self.started)
+
+    def wait(self, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Its end (released first, if gated), once the proof that its sandbox was complete is
+        checked: BackendError if there is none (nothing ran)."""
+        self.release()
+        proc, started, master, self.master = self.proc, self.started, self.master, None
         try:
-            if master is not None:
-                owned, master = master, None  # relay closes it, whatever happens
-                terminal.relay(owned, proc)
-                out = err = None
-            else:
-                out, err = proc.communicate(timeout=timeout)
-        except (KeyboardInterrupt, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-            raise
+            try:
+                if master is not None:
+                    owned, master = master, None  # relay closes it, whatever happens
+                    terminal.relay(owned, proc)
+                    out = err = None
+                else:
+                    out, err = proc.communicate(timeout=timeout)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+                raise
+            finally:
+                if master is not None:
+                    os.close(master)
+            os.set_blocking(started, False)
+            try:
+                proof = os.read(started, 16)
+            except BlockingIOError:
+                proof = b""
+            if not proof:
+                detail = (f": {err.strip().splitlines()[-1]}"
+                          if self.capture and err and err.strip() else "")
+                raise BackendError(
+                    f"the sandbox of cage {self.cage} could not be set up "
+                    f"(bwrap exit {proc.returncode}{detail}); nothing ran"
+                )
+            return subprocess.CompletedProcess(self.command, proc.returncode, out, err)
         finally:
-            if master is not None:
-                os.close(master)
-        os.set_blocking(started, False)
-        try:
-            proof = os.read(started, 16)
-        except BlockingIOError:
-            proof = b""
-        if not proof:
-            detail = f": {err.strip().splitlines()[-1]}" if capture and err and err.strip() else ""
-            raise BackendError(
-                f"the sandbox of cage {t.cage.name} could not be set up "
-                f"(bwrap exit {proc.returncode}{detail}); nothing ran"
-            )
-        return subprocess.CompletedProcess(list(command), proc.returncode, out, err)
-    finally:
-        os.close(started)
+            os.close(started)
 
 
 def spawn(t: Target, command: Sequence[str], log: Path, timeout: float = 10.0) -> int:
