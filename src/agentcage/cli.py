@@ -16,14 +16,12 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from agentcage import __version__
 from agentcage.completion import complete_cages, complete_scaffolds
-from agentcage.config.overrides import Overrides
 from agentcage.config.scaffolds import check_scaffold, scaffold_names, scaffold_spec, scaffold_text
 from agentcage.errors import AgentcageError, ConfigError
 
@@ -114,6 +112,7 @@ def _apply_overrides(config, **overrides):
 @click.option("--allow", multiple=True, help="allow a domain for this run (repeatable)")
 def run(scaffold, command, project, config_path, name, uplink, dns, trust, upstream_ca, allow):
     """Run SCAFFOLD's agent (or COMMAND after --) in an ephemeral cage, removed on exit."""
+    from agentcage.config.overrides import Overrides
     from agentcage.names import NAME_RE
 
     cage_name = name or f"run-{os.urandom(3).hex()}"  # secrets.token_hex(3), without its import
@@ -128,6 +127,8 @@ def run(scaffold, command, project, config_path, name, uplink, dns, trust, upstr
     def make_spec():  # made while the gateway is being prepared (see run_ephemeral)
         if not config_path:
             return scaffold_spec(scaffold, overrides)  # no YAML, no model when it can vouch
+        from dataclasses import asdict
+
         from agentcage.config.load import load_config
 
         return _apply_overrides(load_config(config_path), **asdict(overrides)).spec()
