@@ -334,9 +334,10 @@ class NamespaceBackend:
         try:
             if command is not None:  # its sandbox is made meanwhile, its command held
                 self._wait_for(cage, proc, cage.ca_cert.exists)
+                argv, interactive = command
                 target = workload.Target(cage, plan, self.meta(cage),
                                          tuple(str(d) for d in cgroup_dirs))
-                started = workload.start(target, *command, capture=False, gated=True)
+                started = workload.start(target, argv, interactive, capture=False, gated=True)
             self._wait_ready(cage, proc)
             runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
                        "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
