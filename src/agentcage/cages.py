@@ -20,7 +20,6 @@ from agentcage.backends.profile import (
 )
 from agentcage.domains import DomainPatternError, parse_duration
 from agentcage.errors import AgentcageError, ConfigError, StateError
-from agentcage.gateway.audit import read_audit
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
 
 SECRETS_DIR = "secrets"  # kept by `destroy --keep-secrets` and a failed create
@@ -426,6 +425,8 @@ class CageService:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def audit(self, name: str) -> list[dict[str, Any]]:
+        from agentcage.gateway.audit import read_audit
+
         return read_audit(self.audit_path(name))
 
     def har(self, name: str, view: str = "inbound") -> tuple[dict[str, Any], int]:

@@ -36,8 +36,10 @@ class Running:
     def __init__(self, argv: list[str], proc: subprocess.Popen[str]):
         self.argv, self.proc = argv, proc
 
-    def result(self, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        """Wait for it (killed after `timeout`); BackendError, as `run`, if it failed."""
+    def result(self, *, check: bool = True,
+               timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Wait for it (killed after `timeout`); with `check`, BackendError, as `run`, if it
+        failed."""
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except BaseException as e:
@@ -45,7 +47,8 @@ class Running:
             if isinstance(e, subprocess.TimeoutExpired):
                 raise _timed_out(self.argv, timeout) from None
             raise
-        return _checked(subprocess.CompletedProcess(self.argv, self.proc.returncode, out, err))
+        result = subprocess.CompletedProcess(self.argv, self.proc.returncode, out, err)
+        return _checked(result) if check else result
 
     def close(self) -> None:
         """Kill it unless it ended (for a start given up); reaped either way."""
@@ -101,6 +104,12 @@ def run_batch(batch: tuple[list[str], list[str]], *, check: bool = True,
     argv, lines = batch
     return run(argv, check=check, input="".join(f"{line}\n" for line in lines),
                timeout=timeout)
+
+
+def start_batch(batch: tuple[list[str], list[str]]) -> Running:
+    """`run_batch`, returning at once (see `start`)."""
+    argv, lines = batch
+    return start(argv, input="".join(f"{line}\n" for line in lines))
 
 
 def write_sysctls(ns: str, values: Mapping[str, str]) -> None:

@@ -29,7 +29,6 @@ from agentcage.backends.gateways import (  # noqa: F401  (gateway_environment: i
 from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
-from agentcage.gateway import obituary
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
@@ -384,6 +383,10 @@ class NamespaceBackend:
         gw_pid = recorded_gateway(runtime, cage)
         if gw_pid is not None:
             victims.append(gw_pid)
+        # Killed at once, nothing of the cage is written as it ends: its namespaces' names go
+        # meanwhile (what is in them is found already; a namespace lives while a process does).
+        teardown = (host.start_batch(netplan.teardown_batch(plan))
+                    if plan is not None and grace == 0 else None)
         host.terminate(sorted(set(victims)), grace=grace)
         if plan is not None:
             cgroups.CageCgroup(cgroups.detect(), plan.suffix).destroy()
@@ -392,7 +395,10 @@ class NamespaceBackend:
             if cage.root.exists() and runtime:
                 write_json(cage.runtime, {"status": "stopped"})
             return
-        host.run_batch(netplan.teardown_batch(plan), check=False)  # some may be gone already
+        if teardown is not None:
+            teardown.result(check=False)  # some may be gone already
+        else:
+            host.run_batch(netplan.teardown_batch(plan), check=False)
         with contextlib.suppress(FileNotFoundError):
             cage.gateway_ready.unlink()
         cage_secrets.unstage_for_gateway(cage)
@@ -423,6 +429,8 @@ class NamespaceBackend:
         if runtime.get("status") == "running" and recorded_gateway(runtime, cage) is None:
             runtime = {**runtime, "status": "broken"}
             pid = runtime.get("gateway_pid")
+            from agentcage.gateway import obituary
+
             obituary.notice(cage.audit, int(pid) if pid else None)  # unless recorded
         return runtime
 
