@@ -33,10 +33,15 @@ def run(home: Path, *args: str, stdin: bytes | None = None, cwd: Path | None = N
 def snapshot(root: Path) -> dict[str, str]:
     """Every file under the state root (but the lock and logs that grow by themselves)."""
     found = {}
+    by_itself = (".lock", "gateway.log", "audit.jsonl", "gateway.policy.json",
+                 "gateway.secrets.json")
     for path in sorted(root.rglob("*")):
-        # not what the running gateway writes by itself (logs, its acknowledgements)
-        if path.is_file() and path.name not in (".lock", "gateway.log", "audit.jsonl",
-                                                "gateway.policy.json", "gateway.secrets.json"):
+        # not what the running gateway writes by itself (logs, its acknowledgements, and the
+        # temporary file an acknowledgement passes through while it is written: seen here)
+        name = path.name
+        if name.startswith(".") and name.endswith(".tmp"):
+            name = name[1:].rsplit(".", 2)[0]
+        if path.is_file() and name not in by_itself:
             found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 

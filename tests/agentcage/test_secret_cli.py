@@ -66,6 +66,16 @@ def test_secret_verbs_on_a_running_cage(home, net):  # noqa: F811
     new = agentcage(home, "exec", "sec", "--", "printenv", "API_TOKEN").stdout.strip()
     assert new != old and new.startswith("agentcage:secret:API_TOKEN:") and new in r.stdout
     assert agentcage(home, "secret", "rotate-placeholders", "sec", "NOPE").returncode == 1
+    # --json (all keys): the document names the old placeholder and the one now in force
+    r = agentcage(home, "secret", "rotate-placeholders", "sec", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert (doc["tool"], doc["kind"], doc["cage"], doc["applied"]) == (
+        "agentcage", "rotated-placeholders", "sec", True)
+    (rotated,) = doc["rotated"]
+    assert rotated["name"] == "API_TOKEN" and rotated["old"] == new and rotated["new"] != new
+    now = agentcage(home, "exec", "sec", "--", "printenv", "API_TOKEN").stdout.strip()
+    assert now == rotated["new"] and value not in r.stdout
 
     # the value set first is still the one in force: the refused ones changed nothing
     marker = secrets.token_hex(6)

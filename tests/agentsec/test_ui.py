@@ -134,6 +134,30 @@ def test_runs_outside_presets_and_known_flags_are_refused(console, results: Path
     assert sorted(p.name for p in results.iterdir()) == before
 
 
+def test_one_run_at_a_time_others_get_409_and_the_lock_is_released(console, results: Path):
+    """Three runs asked for at the same instant: a probe run takes far longer than the requests
+    take to arrive, so one runs and the others are refused with 409 (nothing saved for them);
+    once it is done, the next run is accepted."""
+    import threading
+
+    barrier = threading.Barrier(3)
+    statuses: list[int] = []
+
+    def ask() -> None:
+        barrier.wait()
+        statuses.append(console.api("POST", "/api/runs", {"preset": "bwrap-hardened"}).status)
+
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for t in askers:
+        t.start()
+    for t in askers:
+        t.join(timeout=120)
+    assert sorted(statuses) == [200, 409, 409]
+    assert [r.label for r in History(results / DB_NAME).runs()] == ["bwrap-hardened"]
+    assert console.api("POST", "/api/runs", {"preset": "bwrap-hardened"}).status == 200
+    assert len(History(results / DB_NAME).runs()) == 2
+
+
 def test_a_form_post_needs_the_session_cookie_too(console, results: Path):
     form = f"token={console.token}&preset=bwrap-hardened".encode()
     headers = {"Content-Type": "application/x-www-form-urlencoded",
