@@ -206,6 +206,15 @@ def test_damaged_state_files(world, case):
 @pytest.mark.parametrize("damage", ["truncated", "deleted", "not-an-object"])
 def test_destroy_cleans_up_a_running_cage_whose_runtime_file_is_damaged(net, damage):
     home = Path(tempfile.mkdtemp(prefix="agentcage-wreck-"))  # reachable by the cage's uid
+    try:
+        _destroy_a_wrecked_cage(home, net, damage)
+    finally:
+        # also when the test fails: what destroy may have left, then the directory
+        run(home, "destroy", "-y", "wreck")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _destroy_a_wrecked_cage(home: Path, net, damage: str) -> None:
     os.chmod(home, 0o755)
     project = make_project(home / "work")
     (home / "cage.yaml").write_text(cage_yaml(net, "wreck", ["api.example.test"]))
@@ -231,7 +240,6 @@ def test_destroy_cleans_up_a_running_cage_whose_runtime_file_is_damaged(net, dam
     cgroups = [Path(d) for d in runtime.get("cgroups", [])]
     assert cgroups and not any(d.exists() for d in cgroups)
     assert not (home / "state" / "cages" / "wreck").exists()
-    shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_project_the_cage_user_cannot_reach_is_refused_at_create(net, tmp_path):
