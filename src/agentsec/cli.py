@@ -51,7 +51,6 @@ from agentsec.render.terminal import findings_table, scores_table
 from agentsec.report import Target, write_atomically
 from agentsec.reportfile import load_report
 from agentsec.results import Results, document
-from agentsec.runner import run_probe
 from agentsec.scoring.rank import ranked
 from agentsec.untrusted import read_capture
 
@@ -474,7 +473,7 @@ def assert_paths(
         raise AgentsecError("name at least one path, e.g. --not-readable /answers/key.json")
     launch = _assert_launch(kind, image, template, engine_flags, engine_bin, python)
     env = {**os.environ, **probe_env(wanted)}
-    run = run_probe(launch.prefix, python=launch.python, env=env)
+    run = launch.run(env)
     results = check_paths(run.output, wanted)
     if as_json:
         emit_json(document("path-assertions", results=[dataclasses.asdict(r) for r in results]))

@@ -12,7 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -20,7 +20,7 @@ from importlib import resources
 from agentsec import peers
 from agentsec.errors import AgentsecError
 from agentsec.report import Target
-from agentsec.runner import PROBE_PATH
+from agentsec.runner import PROBE_PATH, ProbeRun, run_probe
 from agentsec.untrusted import clean_text
 
 ENGINES = ("bwrap", "docker", "podman", *peers.PEER_ENGINES)
@@ -67,6 +67,15 @@ class Launch:
     prefix: tuple[str, ...]
     python: str | None  # None: the prefix is a whole command that runs the probe itself
     target: Target
+
+    def after_run(self, pid: int, env: Mapping[str, str]) -> None:
+        """Tidy what the launcher's process `pid` left behind (a peer's stray files)."""
+        if self.target.engine in peers.PEER_ENGINES:
+            peers.remove_leftovers(self.target.engine, pid, env)
+
+    def run(self, env: Mapping[str, str] | None = None) -> ProbeRun:
+        """Run the probe this way (its output parsed), then tidy up after the launcher."""
+        return run_probe(self.prefix, python=self.python, env=env, after=self.after_run)
 
 
 @cache

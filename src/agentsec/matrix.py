@@ -16,7 +16,6 @@ from agentsec.launchers import availability, describe, load_presets, preset_laun
 from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
 from agentsec.report import SCHEMA_VERSION, write_atomically
-from agentsec.runner import run_probe
 from agentsec.scoring.rank import rank_key, score_text
 
 TEST_MATRIX = "sandbox-blast-radius-matrix"
@@ -76,7 +75,7 @@ def run_matrix(
         progress(f"[{index}/{len(preset_names)}] {name}: measuring")
         try:  # what fails here fails this configuration; a report that cannot be saved, all
             launch = preset_launch(name, "", image if preset.needs_image else None, python=python)
-            run = run_probe(launch.prefix, python=launch.python)
+            run = launch.run()
         except AgentsecError as exc:
             result.failed.append({"preset": name, "error": str(exc)})
             progress(f"[{index}/{len(preset_names)}] {name}: failed ({exc})")

@@ -187,3 +187,19 @@ def peer_argv(
     make_home = 'mkdir -p -- "$CODEX_HOME" && exec "$@"'
     return (*prefix, "env", *env, f"CODEX_HOME={codex_home}", "sh", "-c", make_home, "sh",
             binary, "sandbox", *flags, "--")
+
+
+def remove_leftovers(engine: str, pid: int, env: Mapping[str, str]) -> None:
+    """Remove what the peer left behind once its process `pid` has ended. srt 0.0.78 names
+    its proxy's unix socket after its own pid (`srt-mux-PID-N.sock` in its TMPDIR) and does
+    not unlink it when it exits: one file per run in /tmp otherwise. Only sockets of that
+    exact name go; `pid` is the launcher we started, which execs srt (setpriv, env and the
+    `node` shebang all exec), so it is srt's own."""
+    if engine != "srt":
+        return
+    tmpdir = Path(env.get("TMPDIR") or "/tmp")
+    with contextlib.suppress(OSError):
+        for path in tmpdir.glob(f"srt-mux-{pid}-*.sock"):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()

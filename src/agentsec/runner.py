@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,7 @@ def run_probe(
     prefix: Sequence[str] = (),
     python: str | None = sys.executable,
     env: Mapping[str, str] | None = None,
+    after: Callable[[int, Mapping[str, str]], None] | None = None,
 ) -> ProbeRun:
     """Run the probe under ``prefix`` (e.g. a bwrap argv) with ``python``; parse its one line.
 
@@ -80,6 +81,9 @@ def run_probe(
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise ProbeRunError(f"the probe did not finish within {deadline:.0f} s") from exc
+    finally:
+        if after is not None and proc.returncode is not None:  # ended and reaped
+            after(proc.pid, child_env)
     interpreter_missing = proc.returncode == 127 or ("python" in stderr and "not found" in stderr)
     if interpreter_missing and not stdout.strip():
         raise ProbeRunError(

@@ -21,7 +21,6 @@ from agentsec.launchers import Launch
 from agentsec.redact import redact as redact_probe
 from agentsec.render.markdown import render_markdown
 from agentsec.report import Target, build_report, write_report
-from agentsec.runner import run_probe
 from agentsec.scoring.assess import assess
 from agentsec.untrusted import ProbeOutput
 
@@ -97,5 +96,5 @@ def measure_output(output: ProbeOutput, target: Target, rc: int, plan: Plan) -> 
 
 def measure(launch: Launch, plan: Plan, env: Mapping[str, str] | None = None) -> Measurement:
     """Run the probe as ``launch`` says, then ``measure_output``."""
-    run = run_probe(launch.prefix, python=launch.python, env=env)
+    run = launch.run(env)
     return measure_output(run.output, launch.target, run.rc, plan)

@@ -50,6 +50,12 @@ def profile() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _env(data_dir: Path) -> dict[str, str]:
+    # Chromium's own temporary directories (org.chromium.Chromium.*) go inside the profile:
+    # it is killed, so it never removes them, and the profile is removed afterwards.
+    return {**os.environ, "TMPDIR": str(data_dir)}
+
+
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -65,7 +71,8 @@ def run(args: Sequence[str], names: Sequence[str] = (), prefix: Sequence[str] = 
         rules = resolver_rules(names, addresses)
         argv = [*prefix, CHROMIUM, *FLAGS, f"--user-data-dir={data_dir}", rules, *args]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=_env(data_dir))
         try:
             out, err = proc.communicate(timeout=timeout)
         finally:
@@ -79,7 +86,8 @@ def open_page(urls: Sequence[str], names: Sequence[str] = ()) -> Iterator[subpro
     with profile() as data_dir:
         argv = [CHROMIUM, *FLAGS, f"--user-data-dir={data_dir}", resolver_rules(names), *urls]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=_env(data_dir))
         try:
             yield proc
         finally:

@@ -175,3 +175,12 @@ def test_codex_with_a_home_under_tmp_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(peers.PeerError, match="under /tmp"):
         preset_launch("codex-read-only", "test")
+
+
+def test_srt_leaves_no_socket_behind_in_tmp(world):
+    """srt 0.0.78 does not unlink its proxy's socket (/tmp/srt-mux-PID-N.sock, named after its
+    own pid) when it exits: one stray file per run. The launcher removes it once srt ended."""
+    before = set(Path("/tmp").glob("srt-mux-*.sock"))
+    for as_user in (False, True):
+        run_preset(world, "srt-default", as_user)
+    assert set(Path("/tmp").glob("srt-mux-*.sock")) - before == set()
