@@ -74,3 +74,71 @@ def test_an_unwritable_log_raises_and_says_so(tmp_path: Path, capsys):
         log.write(AuditRecord("outbound", "allowed", "x"))
     assert not log.write_or_say(AuditRecord("config", "allowed", "policy loaded"))
     assert "cannot audit" in capsys.readouterr().err
+
+
+def _credentials() -> dict[str, str]:
+    import secrets
+    import string
+
+    alphabet = string.ascii_letters + string.digits
+    return {
+        "github-token": "ghp_" + "".join(secrets.choice(alphabet) for _ in range(36)),
+        "aws-access-key-id": "AKIA" + "".join(secrets.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+                                           for _ in range(16)),
+    }
+
+
+def test_credentials_in_a_record_are_fingerprinted_never_written(tmp_path: Path):
+    import hashlib
+
+    from agentcage.gateway.auditmask import CredentialMask, fingerprint
+    from agentcage.inspect.patterns import load_patterns
+
+    creds = _credentials()
+    gh, aws = creds["github-token"], creds["aws-access-key-id"]
+    log = AuditLog(tmp_path / "a.jsonl", mask=CredentialMask(load_patterns()))
+    log.write(AuditRecord("dns", "blocked", "resolver: not in allowlist", host=f"{gh}.x.test"))
+    log.write(AuditRecord("outbound", "blocked", f"seen {aws}", host="exfil.test",
+                          path=f"/u?t={gh}&k={aws}", url=f"https://exfil.test/u?t={gh}",
+                          inspectors=({"name": "secrets", "reason": f"key {aws}"},),
+                          extra={"notes": [gh]}))
+    # a credential the 2 KiB clip would cut in half: masked before it is clipped
+    log.write(AuditRecord("outbound", "blocked", "long", path="/" + "a" * 2030 + "/" + gh))
+    log.close()
+    text = (tmp_path / "a.jsonl").read_text()
+    assert gh not in text and aws not in text and gh[:14] not in text  # not even a part
+    dns, outbound, long = read_audit(tmp_path / "a.jsonl")
+    gh_print = fingerprint("github-token", gh.encode()).decode()
+    aws_print = fingerprint("aws-access-key-id", aws.encode()).decode()
+    assert gh_print == f"[github-token sha256:{hashlib.sha256(gh.encode()).hexdigest()[:12]}]"
+    assert dns["host"] == f"{gh_print}.x.test"  # what was tried stays readable
+    assert outbound["path"] == f"/u?t={gh_print}&k={aws_print}"
+    assert outbound["reason"] == f"seen {aws_print}" and gh_print in outbound["url"]
+    assert outbound["inspectors"] == [{"name": "secrets", "reason": f"key {aws_print}"}]
+    assert outbound["notes"] == [gh_print]
+    assert long["path"].endswith("/[github-token sh…")  # the fingerprint, clipped
+
+
+def test_without_credentials_a_record_is_written_as_it_came(tmp_path: Path):
+    from agentcage.gateway.auditmask import CredentialMask
+    from agentcage.inspect.patterns import load_patterns
+
+    record = AuditRecord("outbound", "allowed", "ok", host="api.example.test",
+                         path="/v1/x?q=caf\u00e9", extra={"n": 3})
+    masked = AuditLog(tmp_path / "m.jsonl", mask=CredentialMask(load_patterns()))
+    plain = AuditLog(tmp_path / "p.jsonl")
+    for log in (masked, plain):
+        log.write(record)
+        log.close()
+    assert (tmp_path / "m.jsonl").read_bytes() == (tmp_path / "p.jsonl").read_bytes()
+
+
+def test_a_mask_that_fails_refuses_the_record_and_writes_nothing(tmp_path: Path):
+    def broken(text: str) -> str:
+        raise RuntimeError("no")
+
+    log = AuditLog(tmp_path / "a.jsonl", mask=broken)
+    with pytest.raises(AuditUnavailable):
+        log.write(AuditRecord("outbound", "allowed", "x"))
+    log.close()
+    assert (tmp_path / "a.jsonl").read_text() == ""

@@ -35,7 +35,9 @@ def test_demo_shows_each_guarantee_and_leaves_nothing(tmp_path):
         assert "edit made: yes" in line and "with the real key: yes" in line, line
         assert line.endswith("; contained"), line
     assert "LEAK" not in out
-    assert "refused: outbound exfil.example.test" in out and "refused: dns ghp_" in out
+    assert "refused: outbound exfil.example.test" in out
+    # the query that carried the planted token, named by the token's fingerprint, not by it
+    assert "refused: dns [github-token sha256:" in out and "ghp_" not in out
     # everything the demo built (its fake internet, its cages) is gone with it
     import re
 

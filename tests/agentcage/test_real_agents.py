@@ -27,6 +27,7 @@ from agentcage.demo_agents import (
     planted_token,
     session,
 )
+from agentcage.gateway.auditmask import fingerprint
 from tests.agentcage.conftest import make_project, needs_root
 from tests.agentcage.hosted import OnHost
 
@@ -103,7 +104,11 @@ def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(on_host, worl
     blocked = [x for x in records if x.get("decision") == "blocked"]
     assert any(x.get("host") == EXFIL_HOST and x.get("direction") == "outbound" for x in blocked)
     dns = [x for x in blocked if x.get("direction") == "dns"]
-    assert any(x.get("host", "").startswith(planted) for x in dns), dns
+    # the query that carried the planted token is named by its fingerprint: the audit says
+    # what was tried without keeping the credential (gateway/auditmask.py)
+    shown = fingerprint("github-token", planted.encode()).decode()
+    assert any(x.get("host", "").startswith(shown) for x in dns), dns
+    assert planted not in json.dumps(records)
     api = [x for x in blocked if x.get("host") == agent.provider and x.get("by") == "secrets"]
     assert api and any("/v1/files" in (x.get("path") or "") for x in api), blocked
 

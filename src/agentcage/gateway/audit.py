@@ -20,17 +20,31 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 DECISIONS = ("allowed", "flagged", "blocked")
 _MAX_TEXT = 2048
+# What a log applies to every text of a record before it is written (auditmask.py: the
+# credentials in it replaced by fingerprints).
+Mask = Callable[[str], str]
 
 
 def _clip(value: Any) -> Any:
     if isinstance(value, str) and len(value) > _MAX_TEXT:
         return value[:_MAX_TEXT] + "…"
+    return value
+
+
+def _masked(value: Any, mask: Mask) -> Any:
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, dict):
+        return {k: _masked(v, mask) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(v, mask) for v in value]
     return value
 
 
@@ -63,29 +77,34 @@ class AuditRecord:
         if self.decision not in DECISIONS:
             raise ValueError(f"unknown decision {self.decision!r}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, mask: Mask | None = None) -> dict[str, Any]:
+        """The record as written; with `mask`, applied to every text the cage could have put
+        there before it is clipped (so a clip never keeps the first half of a credential)."""
+        def text(value: Any) -> Any:
+            return _clip(_masked(value, mask) if mask is not None else value)
+
         out = {
             "ts": round(self.ts, 6),
             "direction": self.direction,
-            "method": self.method,
-            "host": _clip(self.host),
+            "method": text(self.method),
+            "host": text(self.host),
             "port": self.port,
-            "path": _clip(self.path),
-            "url": _clip(self.url),
+            "path": text(self.path),
+            "url": text(self.url),
             "decision": self.decision,
-            "reason": _clip(self.reason),
+            "reason": text(self.reason),
             "by": self.by,
             "status": self.status,
-            "inspectors": [dict(i) for i in self.inspectors],
+            "inspectors": [text(dict(i)) for i in self.inspectors],
             "secrets_injected": list(self.secrets_injected),
             "secrets_redacted": list(self.secrets_redacted),
         }
-        out.update({k: _clip(v) for k, v in self.extra.items()})
+        out.update({k: text(v) for k, v in self.extra.items()})
         return out
 
 
-def encode(record: AuditRecord) -> bytes:
-    return (json.dumps(record.to_dict(), separators=(",", ":")) + "\n").encode()
+def encode(record: AuditRecord, mask: Mask | None = None) -> bytes:
+    return (json.dumps(record.to_dict(mask), separators=(",", ":")) + "\n").encode()
 
 
 def say(message: str) -> None:
@@ -97,8 +116,9 @@ def say(message: str) -> None:
 class AuditLog:
     """Appends records to a 0600 file, one `os.write` per line, whole or not at all."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, mask: Mask | None = None):
         self.path = Path(path)
+        self._mask = mask
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                            0o600)
         self._lock = threading.Lock()
@@ -108,9 +128,9 @@ class AuditLog:
 
     def write(self, record: AuditRecord) -> None:
         """Write `record` whole, or raise AuditUnavailable having written nothing."""
-        line = encode(record)
         with self._lock:
             try:
+                line = self._encode(record)
                 if self._lost:
                     self._append(self._outage_line(record.ts))
                     self._lost, self._lost_since = 0, None
@@ -122,6 +142,12 @@ class AuditLog:
                 self._lost_why = f"{type(e).__name__}: {e.strerror or e}"
                 raise AuditUnavailable(e.errno or errno.EIO,
                                        f"audit log not writable ({self._lost_why})") from e
+
+    def _encode(self, record: AuditRecord) -> bytes:
+        try:
+            return encode(record, self._mask)
+        except Exception as e:  # a record that cannot be made safe to keep is not kept
+            raise OSError(errno.EINVAL, f"record not encodable: {e}") from e
 
     def write_or_say(self, record: AuditRecord) -> bool:
         """For records about something that happens whether or not they are written (a policy

@@ -22,6 +22,7 @@ from agentcage.gateway import resolver as dns
 from agentcage.gateway.addon import CageAddon
 from agentcage.gateway.armour import Armour
 from agentcage.gateway.audit import AuditLog, AuditRecord
+from agentcage.gateway.auditmask import CredentialMask
 from agentcage.gateway.ca import install_ca, make_ca
 from agentcage.gateway.capture import CaptureLog
 from agentcage.gateway.firewall import TABLE
@@ -31,6 +32,7 @@ from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
+from agentcage.inspect.patterns import load_patterns
 from agentcage.inspect.protocol import Decision
 
 # cage.yaml logging.level -> mitmproxy's log level for gateway.log
@@ -170,7 +172,8 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
 
 async def serve(settings: GatewaySettings, uplink: Uplink,
                 timings: dict[str, float] | None = None) -> int:
-    audit_log = AuditLog(Path(settings.audit_path))
+    # credentials the cage tried to send are fingerprinted in it, never kept (auditmask.py)
+    audit_log = AuditLog(Path(settings.audit_path), mask=CredentialMask(load_patterns()))
     holder = PolicyHolder(Path(settings.policy_path), audit_log.write_or_say,
                           Path(settings.policy_ack_path) if settings.policy_ack_path else None)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)

@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from types import ModuleType
 from typing import Any, Literal
@@ -271,5 +272,14 @@ def load_document(text: str | None = None) -> dict[str, Any]:
 
 def load_patterns(extra: Sequence[Mapping[str, Any]] = ()) -> PatternSet:
     """The built-in patterns, plus `extra` ones (same shape) from configuration."""
+    if not extra:
+        return _shipped_patterns()
     entries = [*load_document()["patterns"], *extra]
     return PatternSet([compile_pattern(e) for e in entries])
+
+
+@cache
+def _shipped_patterns() -> PatternSet:
+    # One set per process, read-only once made: a gateway's inspectors and its audit log's
+    # mask share it, and a gateway forked by the zygote inherits the one it made.
+    return PatternSet([compile_pattern(e) for e in load_document()["patterns"]])
