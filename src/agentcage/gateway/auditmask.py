@@ -15,6 +15,9 @@ import hashlib
 from agentcage.inspect.patterns import PatternSet
 
 FINGERPRINT_HEX = 12
+# Texts seen to hold no credential, remembered so that the hosts, reasons and inspector names
+# every record repeats are scanned once (forgotten all at once when full: a bound, no more).
+CLEAN_MEMO = 4096
 
 
 def fingerprint(pattern_id: str, credential: bytes) -> bytes:
@@ -28,14 +31,22 @@ class CredentialMask:
 
     def __init__(self, patterns: PatternSet):
         self.patterns = patterns
+        self._clean: dict[str, None] = {}  # an ordered set; the audit log's lock guards it
 
     def __call__(self, text: str) -> str:
+        if text in self._clean:
+            return text
         # surrogatepass: a path may hold anything mitmproxy decoded; it comes back unchanged
         data = text.encode("utf-8", "surrogatepass")
+        if len(data) < self.patterns.shortest:  # too short to hold any credential
+            return text
         found: dict[bytes, str] = {}
         for pattern, match in self.patterns.scan(data):
             found.setdefault(match, pattern.id)
         if not found:
+            if len(self._clean) >= CLEAN_MEMO:
+                self._clean.clear()
+            self._clean[text] = None
             return text
         for match in sorted(found, key=len, reverse=True):  # a longer match first, whole
             data = data.replace(match, fingerprint(found[match], match))

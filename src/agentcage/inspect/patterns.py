@@ -87,6 +87,17 @@ def _regex_parser() -> ModuleType | None:
         return None
 
 
+def _min_width(regex: re.Pattern[bytes]) -> int:
+    """The fewest bytes `regex` can match (0 when that cannot be told: no shortcut then)."""
+    parser = _regex_parser()
+    if parser is None:
+        return 0
+    try:
+        return int(parser.parse(regex.pattern, regex.flags).getwidth()[0])
+    except Exception:  # pragma: no cover - the private parser changed
+        return 0
+
+
 def required_punctuation(regex: re.Pattern[bytes]) -> frozenset[int]:
     """Non-alphanumeric bytes every match of `regex` contains (a safe under-approximation:
     whatever the analysis cannot follow contributes nothing)."""
@@ -204,6 +215,7 @@ class PatternSet:
         self._needs = tuple(required_punctuation(p.regex) for p in self.patterns)
         self._punctuation = bytes(sorted(set().union(*self._needs)))
         self._buckets = tuple(_token_bucket(p.regex) for p in self.patterns)
+        self.shortest = min((_min_width(p.regex) for p in self.patterns), default=0)
         self._prefilter()
 
     def _prefilter(self) -> None:
