@@ -28,6 +28,7 @@ from agentsec.launchers import load_presets, preset_launch
 pytestmark = pytest.mark.netns
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 ORDINARY_USER = "1000"
+CODEX_TMP = "codex-bwrap-synthetic-mount-targets-*"
 PEER_PRESETS = ("srt-default", "srt-deny-home", "codex-read-only", "codex-workspace",
                 "codex-danger")
 
@@ -42,6 +43,8 @@ def world():
     base = Path(tempfile.mkdtemp(prefix="agentsec-peers-", dir="/var/tmp"))
     made_codex_homes = [_first_missing(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir),
                                        peers.CODEX_HOME)]
+    # Codex's sandbox keeps a directory per uid in /tmp; the ones these runs make go with them
+    codex_tmp_before = set(Path("/tmp").glob(CODEX_TMP))
     try:
         home = base / "home"
         home.mkdir()
@@ -57,6 +60,8 @@ def world():
         for made in made_codex_homes:
             if made is not None:
                 shutil.rmtree(made, ignore_errors=True)
+        for made in set(Path("/tmp").glob(CODEX_TMP)) - codex_tmp_before:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 def _first_missing(home: Path, relative: str) -> Path | None:
