@@ -13,7 +13,6 @@ if __name__ == "__main__":  # `python -m agentcage.cli`: the plain `exec` and `s
 
 import json
 import os
-import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -692,23 +691,21 @@ def demo(out_dir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    def on_term(signum, frame):  # SIGTERM cleans up like Ctrl-C (finally blocks run)
-        raise KeyboardInterrupt
+    from agentcage.interrupts import on_sigterm
 
-    signal.signal(signal.SIGTERM, on_term)
+    on_sigterm()  # SIGTERM cleans up like Ctrl-C (finally blocks run)
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="agentcage",
                  standalone_mode=False)
-    except click.exceptions.Abort:
-        return report_abort()
+    except click.exceptions.Abort as e:  # click's form of an interrupt, or a refused question
+        return report_abort(e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else None)
     except click.ClickException as e:
         err.print(f"error: {e.format_message()}", markup=False)
         return EXIT_ERROR
     except AgentcageError as e:
         return report(e)
-    except KeyboardInterrupt:
-        err.print("interrupted; cage removed" if argv is None else "interrupted")
-        return 130
+    except KeyboardInterrupt as e:  # one that came outside click's own handling
+        return report_abort(e)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_ERROR)
     except OSError as e:  # the machine said no (a full disk, a read-only or missing path)
@@ -734,11 +731,18 @@ def report(e: AgentcageError) -> int:
     return EXIT_ERROR
 
 
-def report_abort() -> int:
-    """A command interrupted (Ctrl-C, SIGTERM) or a question refused: click has closed the
-    terminal's ^C echo with a newline."""
-    err.print("aborted")
-    return EXIT_ERROR
+def report_abort(interrupt: KeyboardInterrupt | None) -> int:
+    """A command stopped by `interrupt` (Ctrl-C: 130, SIGTERM: 143, see interrupts.py), or a
+    question refused (None: "aborted", 1). Click has closed the terminal's ^C echo with a
+    newline."""
+    if interrupt is None:
+        err.print("aborted")
+        return EXIT_ERROR
+    from agentcage.interrupts import ending
+
+    said, code = ending(interrupt)
+    err.print(said)
+    return code
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ done first: the gateway zygote is started if none runs (see `warm_zygote`).
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -95,10 +94,6 @@ def unwarm_zygote() -> None:
     zygote.release(state_root())
 
 
-def _on_term(signum, frame):  # SIGTERM cleans up like Ctrl-C (finally blocks run)
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """`agentcage`: the lean path for the plain forms above, the full CLI for the rest."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -111,20 +106,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if warmed and code != 0:
             unwarm_zygote()
         return code
-    signal.signal(signal.SIGTERM, _on_term)
+    from agentcage.interrupts import on_sigterm
+
+    on_sigterm()  # SIGTERM cleans up like Ctrl-C (finally blocks run)
     try:
         return run(*plain)
     except AgentcageError as e:
         from agentcage.cli import report
 
         return report(e)
-    except KeyboardInterrupt:
-        # as click ends an interrupted command: a newline closing the terminal's ^C, "aborted"
+    except KeyboardInterrupt as e:
+        # as click ends an interrupted command: a newline closing the terminal's ^C, then
+        # the reporter's line and code
         sys.stderr.write("\n")
         sys.stderr.flush()
         from agentcage.cli import report_abort
 
-        return report_abort()
+        return report_abort(e)
 
 
 def entry() -> NoReturn:

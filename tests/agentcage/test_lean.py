@@ -145,24 +145,32 @@ def test_an_interrupted_lean_exec_stops_its_command_as_the_full_cli_does(home, n
     config.write_text(cage_yaml(net, "stopme", []))
     r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
     assert r.returncode == 0, r.stderr
-    results = []
-    for form in (["--", "sh"], ["sh"]):  # lean, then full
-        marker = project / "started"
-        marker.unlink(missing_ok=True)
-        proc = subprocess.Popen(
-            [*AGENTCAGE, "exec", "stopme", *form, "-c", "echo x > started; exec sleep 61.5"],
-            env=_env(home), cwd=home, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not marker.exists():
-            time.sleep(0.05)
-        assert marker.exists(), "the command never started"
-        proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=30)
-        results.append((proc.returncode, err))
-        assert not _sleeping(), "the command outlived its exec"
-    # what click makes of an interrupted command: a newline (after the ^C echo), "aborted", 1
-    assert results[0] == results[1] == (1, "\naborted\n")
+    results = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        for form in (["--", "sh"], ["sh"]):  # lean, then full
+            marker = project / "started"
+            marker.unlink(missing_ok=True)
+            proc = subprocess.Popen(
+                [*AGENTCAGE, "exec", "stopme", *form, "-c", "echo x > started; exec sleep 61.5"],
+                env=_env(home), cwd=home, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True,
+                # SIGINT as a terminal user's Ctrl-C meets it (a shell's background job, as a
+                # CI runner may start, would leave it ignored)
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not marker.exists():
+                time.sleep(0.05)
+            assert marker.exists(), "the command never started"
+            proc.send_signal(sig)
+            _out, err = proc.communicate(timeout=30)
+            results[(sig, form[0])] = (proc.returncode, err)
+            assert not _sleeping(), "the command outlived its exec"
+    # as the shell reports a command killed by the signal (128 + signal), after the cleanup:
+    # a newline (closing a terminal's ^C echo) and one word, the same on both paths
+    assert results[(signal.SIGTERM, "--")] == results[(signal.SIGTERM, "sh")] == (
+        143, "\nterminated\n")
+    assert results[(signal.SIGINT, "--")] == results[(signal.SIGINT, "sh")] == (
+        130, "\ninterrupted\n")
 
 
 def _sleeping() -> bool:
