@@ -30,7 +30,7 @@ from typing import Any
 
 from agentsec import service
 from agentsec.launchers import load_presets
-from agentsec.peers import CODEX_HOME
+from agentsec.peers import codex_home_to_make
 from agentsec.render.states import axis_cell
 from agentsec.report import Target
 from agentsec.scoring.rank import ranked, score_text
@@ -65,7 +65,7 @@ def measure(out_dir: Path) -> None:
     peers = [name for name, p in load_presets().items() if p.is_peer]
     base = Path(tempfile.mkdtemp(prefix="agentsec-profiles-", dir="/var/tmp"))  # not /tmp: Codex
     # Codex keeps its CODEX_HOME in the ordinary user's home: removed again if made here.
-    made = first_missing(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir), CODEX_HOME)
+    made = codex_home_to_make(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir))
     try:
         home, work = base / "home", base / "work"
         for relative, text in PLANTED.items():
@@ -92,16 +92,6 @@ def measure(out_dir: Path) -> None:
         shutil.rmtree(base, ignore_errors=True)
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
-
-
-def first_missing(home: Path, relative: str) -> Path | None:
-    """The outermost directory of home/relative that does not exist yet."""
-    path = home
-    for part in Path(relative).parts:
-        path = path / part
-        if not path.exists():
-            return path
-    return None
 
 
 def add(report_path: Path, label: str, out_dir: Path) -> Path:

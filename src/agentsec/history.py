@@ -202,20 +202,6 @@ class History:
             raise HistoryError(f"no run {run_id} in {self.path}")
         return _report_from(row[0], run_id)
 
-    def latest_regression(self, label: str) -> Regression:
-        """The newest run of ``label`` against the one before it."""
-        with self._connect(create=False) as conn:
-            rows = conn.execute(
-                "SELECT report, id FROM runs WHERE label = ? ORDER BY id DESC LIMIT 2", (label,)
-            ).fetchall()
-        if not rows:
-            raise HistoryError(f"no run labelled {label!r} in {self.path}")
-        if len(rows) == 1:
-            return Regression(previous=None, reasons=())
-        newest, older = _report_from(*rows[0]), _report_from(*rows[1])
-        runs = self.runs(label, limit=2)
-        return Regression(runs[0], regression_between(older, newest))
-
 
 def _report_from(text: Any, which: object) -> dict[str, Any]:
     """A stored report, checked like a report file: a history can be edited by hand too, and

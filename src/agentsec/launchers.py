@@ -70,8 +70,7 @@ class Launch:
 
     def after_run(self, pid: int, env: Mapping[str, str]) -> None:
         """Tidy what the launcher's process `pid` left behind (a peer's stray files)."""
-        if self.target.engine in peers.PEER_ENGINES:
-            peers.remove_leftovers(self.target.engine, pid, env)
+        peers.remove_leftovers(self.target.engine, pid, env)
 
     def run(self, env: Mapping[str, str] | None = None) -> ProbeRun:
         """Run the probe this way (its output parsed), then tidy up after the launcher."""

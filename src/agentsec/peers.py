@@ -189,7 +189,7 @@ def peer_argv(
             binary, "sandbox", *flags, "--")
 
 
-def remove_leftovers(engine: str, pid: int, env: Mapping[str, str]) -> None:
+def remove_leftovers(engine: str | None, pid: int, env: Mapping[str, str]) -> None:
     """Remove what the peer left behind once its process `pid` has ended. srt 0.0.78 names
     its proxy's unix socket after its own pid (`srt-mux-PID-N.sock` in its TMPDIR) and does
     not unlink it when it exits: one file per run in /tmp otherwise. Only sockets of that
@@ -203,3 +203,14 @@ def remove_leftovers(engine: str, pid: int, env: Mapping[str, str]) -> None:
             with contextlib.suppress(OSError):
                 if stat.S_ISSOCK(path.lstat().st_mode):
                     path.unlink()
+
+
+def codex_home_to_make(home: Path) -> Path | None:
+    """The outermost directory of the Codex home under `home` that does not exist yet: what a
+    Codex preset's run will create there, and whoever starts the runs may remove afterwards."""
+    path = home
+    for part in Path(CODEX_HOME).parts:
+        path = path / part
+        if not path.exists():
+            return path
+    return None

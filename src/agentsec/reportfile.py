@@ -19,7 +19,7 @@ from agentsec import catalogue, schema
 from agentsec.catalogue import SEVERITY_ORDER
 from agentsec.errors import ReportError
 from agentsec.scoring.assess import MAX_SCORE
-from agentsec.untrusted import clean_text, json_problem
+from agentsec.untrusted import clean_text, json_problem, read_capped
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 # agentsec's own reports nest about a dozen levels (the probe output is cut at 8 inside them).
@@ -72,14 +72,7 @@ def parse_json(text: str, source: str) -> Any:
 
 def read_json(path: Path, what: str = "report") -> Any:
     """A JSON file of at most MAX_REPORT_BYTES, strictly parsed."""
-    shown = clean_text(str(path), 200)
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_REPORT_BYTES + 1)
-    except IsADirectoryError:
-        raise ReportError(f"{shown} is a directory, not a {what} file") from None
-    except OSError as exc:
-        raise ReportError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    shown, data = read_capped(path, MAX_REPORT_BYTES, ReportError, f"a {what} file")
     if len(data) > MAX_REPORT_BYTES:
         raise ReportError(
             f"{shown} is larger than {MAX_REPORT_BYTES // (1024 * 1024)} MiB: not a {what}"

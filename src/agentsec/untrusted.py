@@ -160,16 +160,23 @@ def parse_probe_output(text: str, source: str = "probe output") -> ProbeOutput:
     )
 
 
+def read_capped(path: Path, limit: int, error: type[Exception], not_a: str) -> tuple[str, bytes]:
+    """(path as shown in messages, at most `limit` + 1 bytes of it): the caller refuses more,
+    never having loaded a huge file whole. A directory or an unreadable file raises `error`
+    in one line (`not_a`: what the path should have been, e.g. "a probe output")."""
+    shown = clean_text(str(path), 200)
+    try:
+        with path.open("rb") as handle:
+            return shown, handle.read(limit + 1)
+    except IsADirectoryError:
+        raise error(f"{shown} is a directory, not {not_a}") from None
+    except OSError as exc:
+        raise error(f"cannot read {shown}: {exc.strerror or exc}") from None
+
+
 def read_capture(path: Path) -> ProbeOutput:
     """A probe output saved to a file, read with the same cap as a live one (a huge file is
     refused after MAX_CAPTURE_BYTES, never loaded whole). Bytes that are not UTF-8 are replaced:
     the probe writes ASCII JSON, and a stray byte in a shell banner must not cost the capture."""
-    shown = clean_text(str(path), 200)
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_CAPTURE_BYTES + 1)
-    except IsADirectoryError:
-        raise CaptureError(f"{shown} is a directory, not a probe output") from None
-    except OSError as exc:
-        raise CaptureError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    shown, data = read_capped(path, MAX_CAPTURE_BYTES, CaptureError, "a probe output")
     return parse_probe_output(data.decode("utf-8", errors="replace"), source=shown)

@@ -50,6 +50,17 @@ def agentcage(home: Path, *args: str, timeout: float = 90, cwd: Path | None = No
                           timeout=timeout, cwd=cwd or home, stdin=subprocess.DEVNULL)
 
 
+def create_cage(home: Path, net, name: str, allow: list[str], extra: str = "") -> Path:
+    """A project and cage NAME made with `agentcage cage create` (asserted), as a user does;
+    returns the project."""
+    project = make_project(home / "work")
+    config = home / "cage.yaml"
+    config.write_text(cage_yaml(net, name, allow, extra=extra))
+    r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
+    assert r.returncode == 0, r.stderr
+    return project
+
+
 def _foreign_suffixes(home: Path) -> set[str]:
     """Suffixes of the cages that run on this machine under another AGENTCAGE_HOME (another
     test or user, at the same time): found by their live gateways' network namespaces."""
@@ -360,11 +371,7 @@ def test_interactive_run_gets_a_terminal_but_cannot_inject_into_it(home, net):
 
 @pytest.mark.netns
 def test_shell_has_job_control_ctrl_c_and_exits_with_the_shells_status(home, net):
-    project = make_project(home / "work")
-    config = home / "cage.yaml"
-    config.write_text(cage_yaml(net, "tty", []))
-    assert agentcage(home, "cage", "create", "-c", str(config), "--project",
-                     str(project)).returncode == 0
+    create_cage(home, net, "tty", [])
     env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
     shown, rc = drive([*AGENTCAGE, "shell", "tty"],
                       [b"sleep 30\r", b"\x03", b"echo after $?\r", b"exit 7\r"], env)

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentcage import lean
-from tests.agentcage.conftest import cage_yaml, make_project
-from tests.agentcage.test_cli import AGENTCAGE, agentcage, home  # noqa: F401  (fixture)
+from tests.agentcage.test_cli import AGENTCAGE, agentcage, create_cage, home  # noqa: F401  (fixture)
 from tests.terminal_driver import drive
 
 # the console script's entry point, as the generated `agentcage` script calls it
@@ -82,11 +81,7 @@ def _imported(stderr: str) -> set[str]:
 
 @pytest.mark.netns
 def test_lean_exec_and_shell_behave_as_the_full_cli(home, net):  # noqa: F811
-    project = make_project(home / "work")
-    config = home / "cage.yaml"
-    config.write_text(cage_yaml(net, "lean", []))
-    r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
-    assert r.returncode == 0, r.stderr
+    project = create_cage(home, net, "lean", [])
     script = "echo out; echo err >&2; exit 7"
     # the same command through the lean path (both entry points) and through click
     lean_m = _run(home, AGENTCAGE, "exec", "lean", "--", "sh", "-c", script)
@@ -140,11 +135,7 @@ def test_lean_exec_and_shell_behave_as_the_full_cli(home, net):  # noqa: F811
 
 @pytest.mark.netns
 def test_an_interrupted_lean_exec_stops_its_command_as_the_full_cli_does(home, net):  # noqa: F811
-    project = make_project(home / "work")
-    config = home / "cage.yaml"
-    config.write_text(cage_yaml(net, "stopme", []))
-    r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
-    assert r.returncode == 0, r.stderr
+    project = create_cage(home, net, "stopme", [])
     results = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         for form in (["--", "sh"], ["sh"]):  # lean, then full

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.agentcage.conftest import cage_yaml, make_project
-from tests.agentcage.test_cli import AGENTCAGE, agentcage, home  # noqa: F401
+from tests.agentcage.test_cli import AGENTCAGE, agentcage, create_cage, home  # noqa: F401
 
 RULE = """
 secret_injection:
@@ -124,11 +124,7 @@ def test_a_failed_create_keeps_secrets_set_before_it(home, net):  # noqa: F811
 
 @pytest.mark.netns
 def test_destroy_and_prune_need_consent(home, net):  # noqa: F811
-    project = make_project(home / "work")
-    config = home / "cage.yaml"
-    config.write_text(cage_yaml(net, "keep", []))
-    assert agentcage(home, "cage", "create", "-c", str(config), "--project",
-                     str(project)).returncode == 0
+    create_cage(home, net, "keep", [])
     env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
     for args in (["destroy", "keep"], ["prune"]):
         # "n" piped in, as in `echo n | agentcage destroy keep`: no terminal, no consent

@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.agentcage.conftest import cage_yaml, make_project
-from tests.agentcage.test_cli import AGENTCAGE, agentcage, home  # noqa: F401  (fixture)
+from tests.agentcage.test_cli import AGENTCAGE, agentcage, create_cage, home  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.netns
 
@@ -31,11 +30,7 @@ def secret_set(root, name: str, key: str, value: bytes) -> subprocess.CompletedP
 
 def test_secret_verbs_on_a_running_cage(home, net):  # noqa: F811
     value = "tok-" + secrets.token_hex(16)
-    project = make_project(home / "work")
-    config = home / "cage.yaml"
-    config.write_text(cage_yaml(net, "sec", ["api.example.test"], extra=RULES))
-    assert agentcage(home, "cage", "create", "-c", str(config), "--project",
-                     str(project)).returncode == 0
+    create_cage(home, net, "sec", ["api.example.test"], extra=RULES)
     r = secret_set(home, "sec", "API_TOKEN", value.encode() + b"\n")
     assert r.returncode == 0, r.stderr
     assert "reloaded" in r.stdout and value not in r.stdout + r.stderr
@@ -103,12 +98,7 @@ def test_secret_set_on_a_terminal_prompts_without_echo(home, net):  # noqa: F811
     import termios
 
     value = "typed-" + secrets.token_hex(12)
-    project = make_project(home / "work")
-    config = home / "cage.yaml"
-    config.write_text(cage_yaml(net, "tty", ["api.example.test"], extra=RULES.replace(
-        "API_TOKEN", "TYPED")))
-    assert agentcage(home, "cage", "create", "-c", str(config), "--project",
-                     str(project)).returncode == 0
+    create_cage(home, net, "tty", ["api.example.test"], extra=RULES.replace("API_TOKEN", "TYPED"))
     try:
         master, slave = pty.openpty()
 

@@ -41,8 +41,7 @@ def world():
     for name in ("srt", "codex"):
         assert peers.find_tool(name), f"{name}: run scripts/setup-agents.sh"
     base = Path(tempfile.mkdtemp(prefix="agentsec-peers-", dir="/var/tmp"))
-    made_codex_homes = [_first_missing(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir),
-                                       peers.CODEX_HOME)]
+    made_codex_homes = [peers.codex_home_to_make(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir))]
     # Codex's sandbox keeps a directory per uid in /tmp; the ones these runs make go with them
     codex_tmp_before = set(Path("/tmp").glob(CODEX_TMP))
     try:
@@ -62,16 +61,6 @@ def world():
                 shutil.rmtree(made, ignore_errors=True)
         for made in set(Path("/tmp").glob(CODEX_TMP)) - codex_tmp_before:
             shutil.rmtree(made, ignore_errors=True)
-
-
-def _first_missing(home: Path, relative: str) -> Path | None:
-    """The outermost directory of home/relative that does not exist yet: what the runs make."""
-    path = home
-    for part in Path(relative).parts:
-        path = path / part
-        if not path.exists():
-            return path
-    return None
 
 
 def run_preset(world: dict[str, Any], name: str, as_user: bool) -> dict[str, Any]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-CAGE_RANGE = "10.200.128.0/17"
-_FIRST = (10, 200, 128)  # its first address's octets (the slots are its /24s)
+_FIRST = (10, 200, 128)  # the cages' range, 10.200.128.0/17: its first octets; slots are its /24s
 SLOTS = 120  # 10.200.128-247: fakenet keeps 10.200.254.0/23 for its services
 NS_PREFIX = "agc-"
 GW_CAGE_IF, CAGE_IF = "cage0", "eth0"
