@@ -21,12 +21,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from fakenet import FakeInternet
 
+sys.path.append(str(Path(__file__).parent))  # appended: shadows nothing
+from mitmdump_baseline import PORT, start_mitmdump
+
 HOST = "allowed.example.test"
+NOBODY = 65534  # the uid a cage of a root-owned project runs as (container.host_user: auto)
 
 CLIENT = r'''
 import http.client, json, socket, ssl, statistics, sys, time
@@ -78,31 +81,6 @@ def client_run(prefix: list[str], n_new: int, n_keep: int, proxy: str, cafile: s
     return json.loads(r.stdout)
 
 
-def bare_mitmdump(net, client, work: Path) -> tuple[subprocess.Popen, str]:
-    bundle = work / "upstream.pem"
-    import certifi
-
-    bundle.write_bytes(Path(certifi.where()).read_bytes() + b"\n" +
-                       Path(net.ca_cert_path).read_bytes())
-    confdir = work / "mitm"
-    mitmdump = str(Path(sys.executable).with_name("mitmdump"))
-    proc = subprocess.Popen(
-        [*client.exec_prefix, mitmdump, "-q",
-         "--mode", "regular@127.0.0.1:18080", "--set", f"confdir={confdir}",
-         "--set", f"ssl_verify_upstream_trusted_ca={bundle}",
-         "--set", "connection_strategy=lazy", "--set", "termlog_verbosity=error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    probe = "import socket; socket.create_connection(('127.0.0.1', 18080), timeout=1)"
-    while not (confdir / "mitmproxy-ca-cert.pem").exists() or subprocess.run(
-            [*client.exec_prefix, "/usr/bin/python3", "-c", probe],
-            capture_output=True).returncode != 0:
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise SystemExit("mitmdump did not start")
-        time.sleep(0.1)
-    return proc, str(confdir / "mitmproxy-ca-cert.pem")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--new", type=int, default=100)
@@ -120,10 +98,10 @@ def main() -> None:
             client = net.add_client()
             prefix = client.exec_prefix  # fakenet's namespace, with its resolv.conf
             results["direct"] = client_run(prefix, args.new, args.keep, "", str(net.ca_cert_path))
-            proc, mitm_ca = bare_mitmdump(net, client, work)
+            proc, mitm_ca = start_mitmdump(net, client, work)
             try:
                 results["mitmdump (no addon)"] = client_run(prefix, args.new, args.keep,
-                                                            "127.0.0.1:18080", mitm_ca)
+                                                            f"127.0.0.1:{PORT}", mitm_ca)
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)
@@ -133,7 +111,10 @@ def main() -> None:
                 f"dns_servers: [{net.dns_address}]\nrate_limit: {{requests_per_second: 10000, "
                 f"burst: 10000}}\ngateway: {{uplink: 'netns:{client.netns}', trusted_networks: "
                 f"[10.200.0.0/16], upstream_ca_files: ['{net.ca_cert_path}']}}\n")
-            service.create(config, work)
+            project = work / "project"  # /workspace: owned by the uid the cage runs as
+            project.mkdir()
+            os.chown(project, NOBODY, NOBODY)
+            service.create(config, project)
             try:
                 gw = service.backend.runtime(service.store.cage("latency"))["plan"]
                 from agentcage.backends.netplan import NetPlan

@@ -86,6 +86,12 @@ class RequestParser:
         """Inside the body of a `/discard` request: what comes next is counted, not kept."""
         return self._discard is not None
 
+    def discarding_target(self) -> str | None:
+        """The target of the `/discard` request whose body is arriving, once some of it did."""
+        if self._discard is None or self._discard[2] == 0:
+            return None
+        return self._discard[0].target
+
     def leftover(self) -> bytes:
         """What arrived after the last request returned (after an upgrade: the first frames)."""
         data = bytes(self._buf)

@@ -1,7 +1,8 @@
 """HTTP and HTTPS servers: answer 200 with a JSON echo of the request (or a large body at
 `/download/<size>`, see downloads.py; a compression bomb at `/bomb/<size>`, bombs.py; a server
-that accepts and never answers at `/hang`, hangs.py; a model's answer at /v1/messages and
-/v1/responses, models.py), and record every request."""
+that accepts and never answers at `/hang`, hangs.py; one that refuses an upload before its
+body and stops reading at `/discard...?early=<seconds>`, early.py; a model's answer at
+/v1/messages and /v1/responses, models.py), and record every request."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import itertools
 import json
 import ssl
 
-from fakenet import bombs, downloads, hangs, models, websocket
+from fakenet import bombs, downloads, early, hangs, models, websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
 from fakenet.httpparse import DISCARDED_HEADER, HttpParseError, HttpRequest, RequestParser
 
@@ -52,6 +53,11 @@ async def handle_http(ctx: ServerContext, tls: bool,
                 writer.write(_response(400, {"error": str(exc)}, keep_alive=False))
                 await writer.drain()
                 return
+            receiving = parser.discarding_target()
+            hold = early.hold_seconds(receiving) if receiving is not None else None
+            if hold is not None:
+                await early.serve(writer, hold)
+                return  # closed without reading the rest
             for request in requests:
                 ctx.records.http(_record(request, tls=tls, peer=peer, port=port, sni=sni))
                 if request.upgrades_to_websocket:

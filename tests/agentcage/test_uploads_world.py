@@ -1,12 +1,14 @@
 """Uploads through a real cage and gateway: a refused one is answered 413 promptly, even to a
 client that writes its whole body before it reads; an allowed large one costs the gateway about
-its size and no more, and that memory is given back.
+its size and no more, and that memory is given back; an upstream that refuses an upload early
+and stops reading does not hold the answer up.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from tests.agentcage.test_gateway_world import canary, wait_for
 pytestmark = pytest.mark.netns
 
 MiB = 1024 * 1024
+UPLOAD = 100 * MiB
 WRITE_FIRST = (Path(__file__).parent / "write_first_client.py").read_text()
 CLIENT_TIMEOUT = 120
 
@@ -60,27 +63,56 @@ def rss_kib(cage) -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_large_upload_costs_about_its_size_and_is_given_back(ucage):
-    """A 100 MiB upload (within the 128 MiB limit) is inspected whole and forwarded: the
-    gateway's peak memory grows by about the body (held once while inspected, plus its
-    ciphertext while it drains to the upstream), not a multiple of it, and returns to where it
-    was once the flow is over."""
-    size = 100 * MiB
+@pytest.fixture(scope="module")
+def upload_file(ucage) -> str:
+    """A 100 MiB text body in the cage's workspace (what agents upload: not high-entropy)."""
     line = b'{"path": "src/app/models.py", "content": "def f(x):\\n    return x + 1\\n"}\n'
-    data = (line * (size // len(line) + 1))[:size]
     upload = ucage.project / "upload.json"
-    upload.write_bytes(data)
+    upload.write_bytes((line * (UPLOAD // len(line) + 1))[:UPLOAD])
     os.chown(upload, AGENT_UID, AGENT_UID)
-    warm = ucage.sh("curl -sS --noproxy '*' -o /dev/null -w '%{http_code}' "
+    return "/workspace/upload.json"
+
+
+@pytest.mark.parametrize("route", ["--noproxy '*'", ""], ids=["transparent", "https-proxy"])
+def test_large_upload_costs_about_its_size_and_is_given_back(ucage, upload_file, route):
+    """A 100 MiB upload (within the 128 MiB limit) is inspected whole and forwarded, straight
+    to the upstream or through the cage's HTTPS_PROXY: the gateway's peak memory grows by about
+    the body (held once while inspected; its ciphertext is made no faster than the upstream
+    takes it), not a multiple of it, and returns to where it was once the flow is over.
+    (mitmproxy alone: 2x; the gateway before it paced: 2x.)"""
+    warm = ucage.sh(f"curl -sS {route} -o /dev/null -w '%{{http_code}}' "
                     "https://api.example.test/warm")
     assert warm.stdout == "200", warm
     before_peak, before = ucage.peak_rss_kib(), rss_kib(ucage)
-    r = ucage.sh("curl -sS --noproxy '*' -o /workspace/upload.out -w '%{http_code}' "
-                 "--data-binary @/workspace/upload.json https://api.example.test/discard/up",
+    r = ucage.sh(f"curl -sS {route} -o /workspace/upload.out -w '%{{http_code}}' "
+                 f"--data-binary @{upload_file} https://api.example.test/discard/up",
                  timeout=300)
     assert r.stdout == "200", r
-    assert json.loads((ucage.project / "upload.out").read_text())["body_length"] == size
+    assert json.loads((ucage.project / "upload.out").read_text())["body_length"] == UPLOAD
     grown = (ucage.peak_rss_kib() - before_peak) * 1024
-    assert grown < 2.5 * size + 32 * MiB, f"peak grew by {grown / size:.1f}x the body"
+    assert grown < UPLOAD + 32 * MiB, f"peak grew by {grown / UPLOAD:.2f}x the body"
     assert wait_for(lambda: rss_kib(ucage) < before + 32 * 1024, 15), (
         f"RSS stayed {(rss_kib(ucage) - before) // 1024} MiB above where it was")
+
+
+@pytest.mark.parametrize("hold", [30, 0], ids=["stops-reading", "closes"])
+def test_an_upstream_that_refuses_an_upload_early_is_answered_promptly(ucage, upload_file,
+                                                                       hold):
+    """The upstream answers 413 on the first bytes of the body and then takes nothing more,
+    holding the connection open for 30 s (or closing it at once). The gateway stops pacing the
+    body when the upstream stops taking it (`pacing.STALL_SECONDS`), so the cage reads the
+    upstream's 413 within seconds, not when the upstream finally closes; then the next upload
+    goes through."""
+    path = f"/discard/{canary()}?early={hold}"
+    started = time.monotonic()
+    r = ucage.sh("curl -sS --noproxy '*' -o /dev/null -w '%{http_code}' "
+                 f"--data-binary @{upload_file} 'https://api.example.test{path}'", timeout=120)
+    took = time.monotonic() - started
+    assert r.stdout == "413", r
+    assert took < hold / 2 + 10, f"the answer took {took:.1f} s"
+    (rec,) = [a for a in ucage.audit() if a.get("path") == path and a.get("status")]
+    assert (rec["decision"], rec["status"]) == ("allowed", 413)
+    ok = ucage.sh("curl -sS --noproxy '*' -o /dev/null -w '%{http_code}' "
+                  f"--data-binary @{upload_file} https://api.example.test/discard/{canary()}",
+                  timeout=300)
+    assert ok.stdout == "200", ok

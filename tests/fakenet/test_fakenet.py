@@ -198,6 +198,31 @@ print(json.dumps({{"body": json.loads(body), "unverified": unverified}}))""")
     assert request["headers"]["content-length"] == "11"
 
 
+def test_an_early_refusal_answers_413_before_the_body_and_stops_reading(
+        fresh: FakeInternet, client: Client) -> None:
+    """`/discard...?early=N`: the 413 arrives while the client still has most of its 32 MiB
+    to send, and the server takes no more of it (the client's send times out)."""
+    got = run_py(client, f"""
+import json, socket, ssl
+ctx = ssl.create_default_context(cafile={str(fresh.ca_cert_path)!r})
+sock = ctx.wrap_socket(socket.create_connection(("api.example.test", 443), timeout=5),
+                       server_hostname="api.example.test")
+size = 32 * 1024 * 1024
+sock.sendall(b"POST /discard/x?early=30 HTTP/1.1\\r\\nHost: api.example.test\\r\\n"
+             b"Content-Length: %d\\r\\n\\r\\n" % size + bytes(64 * 1024))
+answer = sock.recv(4096).split(b"\\r\\n")[0].decode()
+sent, stalled = 64 * 1024, False
+sock.settimeout(2)
+try:
+    while sent < size:
+        sent += sock.send(bytes(1 << 20))
+except (socket.timeout, ssl.SSLError, OSError):
+    stalled = True
+print(json.dumps({{"answer": answer, "stalled": stalled, "sent": sent}}))""", timeout=30)
+    assert got["answer"] == "HTTP/1.1 413 Payload Too Large", got
+    assert got["stalled"] and got["sent"] < 32 * 1024 * 1024, got
+
+
 def test_plain_http_and_keep_alive(fresh: FakeInternet, client: Client) -> None:
     got = run_py(client, """
 import http.client, json

@@ -227,3 +227,22 @@ def test_discard_path_counts_a_large_body_without_keeping_it():
     assert done[0].body == b"" and done[0].header("x-fakenet-discarded") == str(size)
     with pytest.raises(HttpParseError):
         RequestParser().feed(f"POST /x HTTP/1.1\r\nContent-Length: {size}\r\n\r\n".encode())
+
+
+def test_the_target_of_a_discarded_body_is_known_once_its_first_bytes_arrived():
+    parser = RequestParser()
+    parser.feed(b"POST /discard/x?early=5 HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n")
+    assert parser.discarding_target() is None  # the head alone: nothing to refuse yet
+    parser.feed(b"abc")
+    assert parser.discarding_target() == "/discard/x?early=5"
+    parser.feed(b"defghij")
+    assert parser.discarding_target() is None  # the request is complete
+
+
+@pytest.mark.parametrize(("target", "seconds"), [
+    ("/discard/x?early=5", 5.0), ("/discard/x?early=0", 0.0), ("/discard/x?early=9999", 120.0),
+    ("/discard/x", None), ("/discard/x?early=soon", None)])
+def test_early_refusal_reads_its_hold_from_the_query(target, seconds):
+    from fakenet.early import hold_seconds
+
+    assert hold_seconds(target) == seconds

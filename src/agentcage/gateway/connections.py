@@ -12,14 +12,20 @@ import contextlib
 from typing import Any
 
 
-def _handler(flow: Any) -> Any:
+def handler_of(client_conn: Any) -> Any:
+    """The proxy server's handler of a client connection (it owns the transports of every
+    connection made for that client), or None."""
     try:
         from mitmproxy import ctx
 
         server = ctx.master.addons.get("proxyserver")
-        return server.connections.get(flow.client_conn.id) if server else None
-    except Exception:  # no proxy server (unit tests): nothing to close
+        return server.connections.get(client_conn.id) if server else None
+    except Exception:  # no proxy server (unit tests)
         return None
+
+
+def _handler(flow: Any) -> Any:
+    return handler_of(flow.client_conn)
 
 
 def close(flow: Any, *, client: bool = True, server: bool = True) -> bool:

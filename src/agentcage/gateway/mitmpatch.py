@@ -29,7 +29,10 @@ gateway instead of running it with the old behaviour. Each is idempotent.
 5. `encrypt_in_slices`: mitmproxy hands a whole request body to OpenSSL at once, which writes
    all of its ciphertext into one memory BIO before any of it is read out: a 100 MiB upload
    held 100 MiB more, and the BIO kept its size for the life of the connection. Slices of
-   `TLS_SLICE` bytes, each read out before the next, keep the BIO that small.
+   `TLS_SLICE` bytes, each read out before the next, keep the BIO that small. The slices
+   still all went into the upstream transport's write buffer at once (the same 100 MiB more,
+   until it drained): toward an upstream, each slice now waits for the one before it to be
+   taken (`gateway.pacing`, whose addon `build_master` adds).
 """
 
 from __future__ import annotations
@@ -139,15 +142,22 @@ TLS_SLICE = 256 * 1024
 
 def encrypt_in_slices() -> None:
     """`TLSLayer.send_data(self, data)`: the plaintext is encrypted `TLS_SLICE` bytes at a
-    time, the ciphertext of each read out of the BIO (as SendData) before the next."""
-    from mitmproxy.proxy.layers.tls import TLSLayer
+    time, the ciphertext of each read out of the BIO (as SendData) before the next; toward an
+    upstream, each slice after the first waits for the transport to drain (`pacing`)."""
+    from mitmproxy.proxy.layers.tls import ServerTLSLayer, TLSLayer
+
+    from agentcage.gateway.pacing import SendWindow, UpstreamSendPausedHook
 
     def make(original: Any) -> Any:
         def send_data(self, data: bytes):
             if len(data) <= TLS_SLICE:
                 return (yield from original(self, data))
+            window = (SendWindow(self.context.client, self.conn)
+                      if isinstance(self, ServerTLSLayer) else None)
             view = memoryview(data)
             for start in range(0, len(data), TLS_SLICE):
+                if start and window is not None and not window.unpaced:
+                    yield UpstreamSendPausedHook(window)
                 yield from original(self, bytes(view[start:start + TLS_SLICE]))
             return None
 

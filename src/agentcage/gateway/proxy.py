@@ -40,14 +40,14 @@ def preload() -> None:
     import mitmproxy.master
     import mitmproxy.options  # noqa: F401
 
-    from agentcage.gateway import mitmpatch  # noqa: F401
+    from agentcage.gateway import mitmpatch, pacing  # noqa: F401
 
 
 def build_master(extra_addons: list[object]):
     """A running-loop Master with the gateway's addons; options are set by the caller."""
     from mitmproxy import master, options
 
-    from agentcage.gateway import mitmpatch
+    from agentcage.gateway import mitmpatch, pacing
 
     mitmpatch.apply_all()  # body limits: see the module
     mods = _import_addon_modules()
@@ -60,6 +60,7 @@ def build_master(extra_addons: list[object]):
         mods["next_layer"].NextLayer(),
         mods["tlsconfig"].TlsConfig(),
         mods["errorcheck"].ErrorCheck(),
+        pacing.SendPacer(),
         *extra_addons,
     )
     return m
