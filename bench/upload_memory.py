@@ -18,6 +18,7 @@ Usage (root): .venv/bin/python -P bench/upload_memory.py [--mib 100] [--runs 3]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -87,6 +88,11 @@ def measured(pid: int, send) -> tuple[float, float]:
     return seconds, (memory_kib(pid, "VmHWM") - before) * 1024
 
 
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
 def gateway_pid(runtime: dict) -> int:
     """The gateway itself (runtime's gateway_pid is its supervisor)."""
     supervisor = int(runtime["gateway_pid"])
@@ -119,10 +125,11 @@ def main() -> None:
     times: dict[str, list[float]] = {"direct": [], "mitmdump": [], "gateway": []}
     growth: dict[str, list[float]] = {"mitmdump": [], "gateway": []}
     try:
-        with FakeInternet() as net:
+        with FakeInternet() as net, contextlib.ExitStack() as cleanup:
             client = net.add_client()
             prefix = client.exec_prefix
             mitm, mitm_ca = start_mitmdump(net, client, work)
+            cleanup.callback(stop, mitm)
             service = CageService(StateStore(work / "home"))
             config = load_config_text(
                 f"name: uploads\ndomains: {{mode: allowlist, allow: [{HOST}]}}\n"
@@ -130,30 +137,27 @@ def main() -> None:
                 f"gateway: {{uplink: 'netns:{client.netns}', trusted_networks: "
                 f"[10.200.0.0/16], upstream_ca_files: ['{net.ca_cert_path}']}}\n")
             service.create(config, project)
-            try:
-                gateway = gateway_pid(service.backend.runtime(service.store.cage("uploads")))
-                for _ in range(args.runs):  # round-robin: a change of load weighs on all
-                    times["direct"].append(upload(prefix, body, "", str(net.ca_cert_path)))
-                    t, g = measured(mitm.pid, lambda: upload(prefix, body, f"127.0.0.1:{PORT}",
-                                                             mitm_ca))
-                    times["mitmdump"].append(t)
-                    growth["mitmdump"].append(g)
+            cleanup.callback(service.destroy, "uploads")
+            gateway = gateway_pid(service.backend.runtime(service.store.cage("uploads")))
 
-                    def through_cage() -> float:
-                        r = service.exec_capture("uploads", [
-                            "/usr/bin/python3", "-c", CLIENT, HOST, "/workspace/body.bin", "",
-                            "/run/agentcage/ca-bundle.pem"], timeout=600)
-                        if r.returncode != 0:
-                            raise SystemExit(f"cage client failed: {r.stderr.strip()[-600:]}")
-                        return float(json.loads(r.stdout)["seconds"])
+            def through_cage() -> float:
+                r = service.exec_capture("uploads", [
+                    "/usr/bin/python3", "-c", CLIENT, HOST, "/workspace/body.bin", "",
+                    "/run/agentcage/ca-bundle.pem"], timeout=600)
+                if r.returncode != 0:
+                    raise SystemExit(f"cage client failed: {r.stderr.strip()[-600:]}")
+                return float(json.loads(r.stdout)["seconds"])
 
-                    t, g = measured(gateway, through_cage)
-                    times["gateway"].append(t)
-                    growth["gateway"].append(g)
-            finally:
-                service.destroy("uploads")
-                mitm.terminate()
-                mitm.wait(timeout=10)
+            def through_mitmdump() -> float:
+                return upload(prefix, body, f"127.0.0.1:{PORT}", mitm_ca)
+
+            for _ in range(args.runs):  # round-robin: a change of load weighs on all
+                times["direct"].append(upload(prefix, body, "", str(net.ca_cert_path)))
+                for label, pid, send in (("mitmdump", mitm.pid, through_mitmdump),
+                                         ("gateway", gateway, through_cage)):
+                    t, g = measured(pid, send)
+                    times[label].append(t)
+                    growth[label].append(g)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     direct = statistics.median(times["direct"])
@@ -162,8 +166,8 @@ def main() -> None:
     for label, samples in times.items():
         t = statistics.median(samples)
         peak = statistics.median(growth[label]) if label in growth else None
-        mem = f"{peak / MiB:9.0f} MiB {peak / size:7.2f}" if peak is not None else ""
-        print(f"{label:10} {t:8.2f} {t / direct:9.2f} {mem}")
+        mem = f" {peak / MiB:8.0f} MiB {peak / size:7.2f}" if peak is not None else ""
+        print(f"{label:10} {t:8.2f} {t / direct:9.2f}{mem}")
     g_time = statistics.median(times["gateway"]) / statistics.median(times["mitmdump"])
     g_mem = statistics.median(growth["gateway"]) / size
     print(f"gateway: {g_mem:.2f}x the body (target < 1.25: {'met' if g_mem < 1.25 else 'NOT met'}),"
