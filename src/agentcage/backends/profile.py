@@ -74,7 +74,7 @@ def load_meta(path: Path) -> CageMeta:
 
 def make_meta(spec: CageSpec, project: Path, host_uid: int, host_gid: int,
               volumes: tuple[tuple[str, str, str], ...]) -> CageMeta:
-    tmpfs = tuple((target, size) for target, size in spec.tmpfs)
+    tmpfs = spec.tmpfs
     if not any(t == "/tmp" for t, _ in tmpfs):
         tmpfs += (("/tmp", None),)
     return CageMeta(str(project), host_uid, host_gid, volumes, spec.uid, spec.gid, tmpfs,

@@ -114,4 +114,3 @@ class CageSpec:
 def _present(section: Mapping[str, Any]) -> dict[str, Any]:
     """A section's keys that are set (unset optional refinements take the gateway's defaults)."""
     return {k: v for k, v in section.items() if v is not None}
-
