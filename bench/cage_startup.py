@@ -24,7 +24,14 @@ round is run first and not counted).
 Run with `python -P` (or from another directory) if bench/ holds a module named like a
 standard-library one.
 
+With `--interactive`, instead: a person's start of Claude Code. From `agentcage run
+claude-code -s ANTHROPIC_API_KEY` (the key stored for the project, as after a first run) to
+Claude Code's input prompt on the screen (a pty), against the same Claude Code started
+without a cage (on the host's network, with a home answered the same way: onboarding done,
+the key accepted), in one run, round-robin: target < 1.3x.
+
 Usage (root): .venv/bin/python -P bench/cage_startup.py [--runs N] [--before DIR]
+              .venv/bin/python -P bench/cage_startup.py --interactive [--runs N]
 """
 
 from __future__ import annotations
@@ -59,7 +66,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--before", type=Path, help="an earlier source tree to measure too")
+    parser.add_argument("--interactive", action="store_true",
+                        help="time Claude Code's prompt in a cage against on the host")
     args = parser.parse_args()
+    if args.interactive:
+        sys.path.append(str(Path(__file__).parent))  # appended: shadows nothing
+        from interactive_startup import measure
+
+        measure(args.runs, CLI)
+        return
     work = Path(tempfile.mkdtemp(prefix="agentcage-bench-"))
     os.chmod(work, 0o755)
     project = work / "project"  # beside the state root, never holding it

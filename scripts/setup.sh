@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-linux
-    podman runc debootstrap)
+    podman runc debootstrap
+    tmux)  # the tests drive the agents' TUIs at a terminal (send-keys, capture-pane)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 
 
 def drive(argv: Sequence[str], keystrokes: Sequence[bytes], env: Mapping[str, str],
-          timeout: float = 60, quiet: float = 0.5) -> tuple[str, int]:
-    """(everything the terminal showed, exit code). The command is killed at `timeout`."""
+          timeout: float = 60, quiet: float = 0.5, after: str | None = None) -> tuple[str, int]:
+    """(everything the terminal showed, exit code). The command is killed at `timeout`.
+    `after`: nothing is typed before the terminal has shown this text."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command, with the pty as its controlling terminal
         try:
@@ -34,7 +35,8 @@ def drive(argv: Sequence[str], keystrokes: Sequence[bytes], env: Mapping[str, st
                     break
                 shown += data
                 last_output = time.monotonic()
-            elif typed < len(keystrokes) and time.monotonic() - last_output > quiet:
+            elif (typed < len(keystrokes) and time.monotonic() - last_output > quiet
+                  and (after is None or after.encode() in shown)):
                 os.write(fd, keystrokes[typed])
                 typed += 1
                 last_output = time.monotonic()

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +20,23 @@ from agentcage.backends.profile import (
 )
 from agentcage.domains import DomainPatternError, parse_duration
 from agentcage.errors import AgentcageError, ConfigError, StateError
-from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
+from agentcage.state import (
+    KEPT,
+    SECRETS,
+    VOLUMES,
+    CageDir,
+    StateStore,
+    atomic_write,
+    read_json,
+    write_json,
+)
 
-SECRETS_DIR = "secrets"  # kept by `destroy --keep-secrets` and a failed create
+SECRETS_DIR = SECRETS  # kept by `destroy --keep-secrets` and a failed create
+OVERRIDES_FILE = "overrides.json"  # the command-line choices of `create`, for `update`
 
 if TYPE_CHECKING:
     from agentcage.config.model import CageConfig
+    from agentcage.config.overrides import Overrides
     from agentcage.config.spec import CageSpec
 
 
@@ -54,38 +65,54 @@ class CageService:
     # ---- lifecycle ------------------------------------------------------------------------
 
     def create(self, config: CageConfig, base: Path, project: Path | None = None,
-               start: bool = True) -> CageDir:
+               start: bool = True, overrides: Overrides | None = None) -> CageDir:
         """A new cage. Secrets set for its name before (or kept by `destroy --keep-secrets`)
-        are its secrets; a failed create leaves them as they were and nothing else."""
+        are its secrets, and volumes kept by `destroy --keep-state` its volumes; a failed
+        create leaves them as they were and nothing else. `overrides`: the command line's
+        choices (upstream CAs, trusted networks, host uid), applied and recorded, so that
+        `update` applies them again."""
         cage = self.store.cage(config.name)
         if cage.exists():
             raise StateError(
                 f"cage {config.name!r} exists; `agentcage cage update {config.name} -c FILE` "
                 "applies a changed configuration, or destroy it first"
             )
+        if (cage.root / "owner.pid").exists():
+            raise StateError(f"{config.name!r} is the name of a run's cage; choose another name")
+        if overrides is not None:
+            config = _apply_overrides(config, overrides)
         spec = config.spec()
         self.backend.validate(spec)
         proj, volumes = resolve_volumes(spec, base, project, (self.store.root,))
         cage = self.store.create(config.name)
         try:
-            self._write_state(cage, spec, proj, volumes)
+            self.write_state(cage, spec, proj, volumes)
+            if overrides is not None:
+                _record_overrides(cage, overrides)
             if start:
                 self._start(cage, spec)
         except BaseException:
             self.backend.stop(cage)
-            self.store.remove(config.name, keep=SECRETS_DIR)
+            self.store.remove(config.name, keep=KEPT)
             raise
         return cage
 
     def update(self, name: str, config: CageConfig, base: Path,
-               project: Path | None = None) -> dict[str, Any]:
+               project: Path | None = None,
+               overrides: Overrides | None = None) -> dict[str, Any]:
         """Apply a changed cage.yaml to an existing cage, keeping its secrets, CA, audit log,
-        capture and runtime domain grants. A running cage is restarted when anything but the
-        domain lists changed (domains are reloaded by the gateway live). Returns what was done:
-        {changed: [top-level keys], restarted: bool, live: bool}."""
+        capture, named volumes and runtime domain grants, and the command-line choices given
+        at create (`overrides` replaces those it sets). A running cage is restarted when
+        anything but the domain lists changed (domains are reloaded by the gateway live).
+        Returns what was done: {changed: [top-level keys], restarted: bool, live: bool,
+        kept: [the options given at create that were applied again]}."""
         cage = self._existing(name)
         if config.name != name:
             raise ConfigError(f"the configuration names cage {config.name!r}, not {name!r}")
+        recorded = _recorded_overrides(cage)
+        effective, kept = _combine_overrides(recorded, overrides)
+        if effective is not None:
+            config = _apply_overrides(config, effective)
         spec = config.spec()
         self.backend.validate(spec)
         old = load_config(cage.config)
@@ -106,17 +133,19 @@ class CageService:
             grants = policyfile.runtime_entries(self._policy_doc(cage))
         except StateError:  # a damaged domains.json: the new configuration replaces it
             grants = {}
-        self._write_state(cage, spec, proj, volumes, keep_entries=grants)
+        self.write_state(cage, spec, proj, volumes, keep_entries=grants)
+        if effective is not None:
+            _record_overrides(cage, effective)
         if needs_restart:
             self._start(cage, spec)
         elif running:
             self._await_policy(cage)
         return {"changed": changed, "restarted": needs_restart,
-                "live": running and not needs_restart and "domains" in changed}
+                "live": running and not needs_restart and "domains" in changed, "kept": kept}
 
-    def _write_state(self, cage: CageDir, spec: CageSpec, project: Path,
-                     volumes: tuple[tuple[str, str, str], ...],
-                     keep_entries: dict[str, list[dict]] | None = None) -> None:
+    def write_state(self, cage: CageDir, spec: CageSpec, project: Path,
+                    volumes: tuple[tuple[str, str, str], ...],
+                    keep_entries: dict[str, list[dict]] | None = None) -> None:
         from agentcage.config.document import document_text
 
         host_uid, host_gid, how = choose_host_user(spec, project)
@@ -153,15 +182,17 @@ class CageService:
         self.stop(name)
         return self.start(name)
 
-    def destroy(self, name: str, keep_secrets: bool = False) -> None:
-        """Stop the cage and remove its state; with `keep_secrets`, its secrets stay (the next
-        `cage create` of this name uses them)."""
+    def destroy(self, name: str, keep_secrets: bool = False, keep_state: bool = False) -> None:
+        """Stop the cage and remove its state; with `keep_secrets`, its secrets stay, with
+        `keep_state` its named volumes (the next `cage create` or `run` of this name uses
+        them)."""
         cage = self.store.cage(name)
         if not cage.root.exists():
             raise StateError(f"no cage named {name!r}; see `agentcage ls` (`agentcage prune -y` "
                              "stops a cage whose state directory was deleted)")
         self.backend.stop(cage)
-        self.store.remove(name, keep=SECRETS_DIR if keep_secrets else None)
+        keep = (SECRETS,) * keep_secrets + (VOLUMES,) * keep_state
+        self.store.remove(name, keep=keep)
 
     def exec(self, name: str, command: Sequence[str], interactive: bool = False) -> int:
         cage = self._existing(name)
@@ -171,45 +202,23 @@ class CageService:
         cage = self._existing(name)
         return self.backend.exec_capture(cage, command, timeout)
 
-    def run_ephemeral(self, name: str, make_spec: Callable[[], CageSpec], base: Path,
-                      project: Path | None, command: Sequence[str] | None,
-                      interactive: bool) -> int:
-        """Create, start, run one command, and remove everything, whatever happens.
-
-        The gateway process is started before the configuration is even read, so that its
-        slow start-up (importing mitmproxy) overlaps everything else; it opens no socket until
-        the backend hands it its settings."""
-        if self.store.cage(name).root.exists():
-            raise StateError(f"cage {name!r} exists; destroy it or choose another name")
-        cage = self.store.create(name)
-        gateway = None
-        try:
-            atomic_write(cage.root / "owner.pid", str(os.getpid()))
-            gateway = self.backend.prespawn_gateway(cage)
-            spec = make_spec()
-            if spec.name != name:
-                raise StateError(f"the configuration names cage {spec.name!r}, not {name!r}")
-            self.backend.validate(spec)
-            self._write_state(cage, spec,
-                              *resolve_volumes(spec, base, project, (self.store.root,)))
-            return self.backend.run(cage, spec, list(command or spec.command), interactive,
-                                    gateway=gateway)
-        finally:
-            if gateway is not None:
-                gateway.close()  # a fork asked for and not taken exits
-            self.backend.stop(cage, grace=0)  # its audit log goes with it: no summary to wait for
-            self.store.remove(name)
-
     def ls(self) -> list[dict[str, Any]]:
+        """One row per name: its status and lifecycle, and what it keeps (secrets, volumes).
+        A name with only kept things and no cage (a project's runs between two runs, a cage
+        destroyed with --keep-*) is `kept`."""
         rows = []
         for name in self.store.names():
             cage = self.store.cage(name)
+            kept = [k for k in KEPT if (cage.root / k).is_dir()]
+            if _only_kept(cage):
+                rows.append({"name": name, "status": "kept", "lifecycle": "-", "kept": kept})
+                continue
             try:
                 status = self.backend.status(cage).get("status", "unknown")
                 lifecycle = self.backend.meta(cage).lifecycle
             except AgentcageError:
                 status, lifecycle = "broken", "?"
-            rows.append({"name": name, "status": status, "lifecycle": lifecycle})
+            rows.append({"name": name, "status": status, "lifecycle": lifecycle, "kept": kept})
         return rows
 
     def prune(self) -> list[str]:
@@ -219,9 +228,13 @@ class CageService:
 
         removed = []
         for row in self.ls():
+            if row["status"] == "kept":
+                continue  # what a cage keeps for its next life is nobody's rubbish
             cage = self.store.cage(row["name"])
             if row["status"] == "broken" or self._abandoned(cage, row):
-                self.destroy(row["name"])
+                # an abandoned run's kept secrets and volumes are its project's: they stay
+                run = (cage.root / "owner.pid").exists()
+                self.destroy(row["name"], keep_secrets=run, keep_state=run)
                 removed.append(row["name"])
         # and what no state records any more (a dead gateway and a damaged runtime.json)
         removed += [f"orphaned namespaces agc-{s}-*" if not s.startswith("cgroup ") else s
@@ -447,6 +460,66 @@ class CageService:
         records, bad_lines = read_capture(files)
         doc, bad_records = convert(records, view)
         return doc, bad_lines + bad_records
+
+
+def _only_kept(cage: CageDir) -> bool:
+    markers = ("cage.yaml", "runtime.json", "owner.pid", "meta.json")
+    return not any((cage.root / m).exists() for m in markers)
+
+
+def _apply_overrides(config: CageConfig, overrides: Overrides) -> CageConfig:
+    from dataclasses import asdict
+
+    from agentcage.config.load import apply_overrides
+
+    return apply_overrides(config, **asdict(overrides))
+
+
+def _recorded_overrides(cage: CageDir) -> Overrides | None:
+    """What `create` recorded of its command line (None: nothing)."""
+    from agentcage.config.overrides import Overrides
+
+    path = cage.root / OVERRIDES_FILE
+    if not path.exists():
+        return None
+    doc = read_json(path, dict)
+    try:
+        host_user = doc.get("host_user")
+        return Overrides(trust=tuple(map(str, doc.get("trust", ()))),
+                         upstream_ca=tuple(map(str, doc.get("upstream_ca", ()))),
+                         host_user=None if host_user is None else int(host_user))
+    except (TypeError, ValueError):
+        raise StateError(f"{path} is damaged; `agentcage cage update` with the options again "
+                         "rewrites it") from None
+
+
+def _record_overrides(cage: CageDir, overrides: Overrides) -> None:
+    doc = {"trust": list(overrides.trust),
+           "upstream_ca": [str(Path(p).resolve()) for p in overrides.upstream_ca],
+           "host_user": overrides.host_user}
+    write_json(cage.root / OVERRIDES_FILE, doc)
+
+
+def _combine_overrides(recorded: Overrides | None, given: Overrides | None
+                       ) -> tuple[Overrides | None, list[str]]:
+    """The overrides an update applies: each kind given now replaces what was recorded, and
+    each kind only recorded is kept. The second value names the options kept."""
+    from dataclasses import replace
+
+    if recorded is None:
+        return given, []
+    if given is None:
+        from agentcage.config.overrides import Overrides
+
+        given = Overrides()
+    kept, effective = [], given
+    for field, option in (("trust", "--trust-network"), ("upstream_ca", "--upstream-ca"),
+                          ("host_user", "--as-user")):
+        mine, theirs = getattr(given, field), getattr(recorded, field)
+        if not mine and theirs:
+            effective = replace(effective, **{field: theirs})
+            kept.append(option)
+    return effective, kept
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

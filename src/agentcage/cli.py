@@ -11,6 +11,7 @@ if __name__ == "__main__":  # `python -m agentcage.cli`: the plain `exec` and `s
     if lean.plain_form(sys.argv[1:]) is not None or lean.starts_a_cage(sys.argv[1:]):
         lean.entry()
 
+import contextlib
 import json
 import os
 import time
@@ -95,35 +96,59 @@ def _apply_overrides(config, **overrides):
     return apply_overrides(config, **overrides)
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+AS_USER = click.option("--as-user", "as_user", type=click.IntRange(min=1), metavar="UID",
+                       help="the host uid the workload runs as (container.host_user); needed "
+                            "when root owns the project")
+ESCAPE_HELP = "Ctrl-] twice leaves a session that hangs (exit 130)."
+
+
+@cli.command(epilog=ESCAPE_HELP)
 @click.argument("scaffold", shell_complete=complete_scaffolds)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--secret", "-s", "secrets", multiple=True, metavar="KEY",
+              help="a secret the agent needs (e.g. ANTHROPIC_API_KEY): taken from this "
+                   "project's store, else asked for once (hidden) and stored encrypted; the "
+                   "cage sees a placeholder (repeatable)")
+@click.option("--forget", is_flag=True, help="remove the -s secrets from the store at the end")
+@click.option("--fresh", is_flag=True,
+              help="start from empty named volumes (the agent's state kept for this project "
+                   "is deleted first)")
 @click.option("--project", "-p", type=click.Path(file_okay=False, path_type=Path),
               help="project directory mounted at /workspace (default: current directory)")
 @click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               help="a cage.yaml to use instead of the scaffold")
-@click.option("--name", help="cage name (default: run-<random>)")
+@click.option("--name", help="cage name (default: SCAFFOLD-DIRECTORY-HASH, one per project)")
+@AS_USER
 @click.option("--uplink", help="host or netns:NAME")
 @click.option("--dns", multiple=True, help="upstream DNS server of the uplink (repeatable)")
 @click.option("--trust-network", "trust", multiple=True,
               help="test world only: a network treated as public (repeatable)")
 @click.option("--upstream-ca", multiple=True, help="extra CA file for upstream TLS (repeatable)")
 @click.option("--allow", multiple=True, help="allow a domain for this run (repeatable)")
-def run(scaffold, command, project, config_path, name, uplink, dns, trust, upstream_ca, allow):
-    """Run SCAFFOLD's agent (or COMMAND after --) in an ephemeral cage, removed on exit."""
+def run(scaffold, command, secrets, forget, fresh, project, config_path, name, as_user, uplink,
+        dns, trust, upstream_ca, allow):
+    """Run SCAFFOLD's agent (or the COMMAND after --) in this project's cage, removed when it
+    ends. What the project's next run should find is kept: the -s secrets (encrypted, on
+    this host) and the agent's own state (named volumes; `agentcage ls` shows them as kept)."""
     from agentcage.config.overrides import Overrides
+    from agentcage.config.scaffolds import ALIASES
     from agentcage.names import NAME_RE
+    from agentcage.runs import RunRequest, project_cage_name
+    from agentcage.runs import run as run_in_cage
 
-    cage_name = name or f"run-{os.urandom(3).hex()}"  # secrets.token_hex(3), without its import
-    if not NAME_RE.match(cage_name):
-        raise ConfigError(f"--name {cage_name!r}: use a-z, 0-9 and '-'")
     base = config_path.resolve().parent if config_path else Path.cwd()
     if not config_path:
         check_scaffold(scaffold)  # an unknown scaffold fails before anything starts
+    where = project if project is not None else Path.cwd()
+    cage_name = name or project_cage_name(
+        "run" if config_path else ALIASES.get(scaffold, scaffold), where)
+    if not NAME_RE.match(cage_name):
+        raise ConfigError(f"--name {cage_name!r}: use a-z, 0-9 and '-'")
     overrides = Overrides(name=cage_name, uplink=uplink, dns=dns, trust=trust,
-                          upstream_ca=upstream_ca, allow=allow, lifecycle="ephemeral")
+                          upstream_ca=upstream_ca, allow=allow, lifecycle="ephemeral",
+                          host_user=as_user)
 
-    def make_spec():  # made while the gateway is being prepared (see run_ephemeral)
+    def make_spec():  # made while the gateway is being prepared (see runs.py)
         if not config_path:
             return scaffold_spec(scaffold, overrides)  # no YAML, no model when it can vouch
         from dataclasses import asdict
@@ -132,9 +157,41 @@ def run(scaffold, command, project, config_path, name, uplink, dns, trust, upstr
 
         return _apply_overrides(load_config(config_path), **asdict(overrides)).spec()
 
-    rc = _service().run_ephemeral(cage_name, make_spec, base, project,
-                                  _command(command) or None, interactive=sys.stdin.isatty())
-    sys.exit(rc)
+    def stored(keys: list[str], backend: str) -> None:
+        for key in keys:
+            err.print(f"{key} stored for {cage_name} ({backend}); this project's next runs use "
+                      f"it (`agentcage secret rm {cage_name} {key}` or `run --forget` removes "
+                      "it)", markup=False, emoji=False)
+
+    interactive = sys.stdin.isatty()
+    request = RunRequest(name=cage_name, make_spec=make_spec, base=base, project=project,
+                         command=_command(command) or None, interactive=interactive,
+                         secrets=secrets, ask=lambda key: _ask_secret(key, cage_name),
+                         forget=forget, fresh=fresh, stored=stored)
+    if interactive and not command:  # a person starting the agent: where, and the way out
+        err.print(f"agentcage: cage {cage_name}; Ctrl-] twice leaves a session that hangs",
+                  markup=False)
+    sys.exit(run_in_cage(_service(), request))
+
+
+def _ask_secret(key: str, cage: str) -> bytes:
+    """A secret's value: a hidden prompt on a terminal, else one line of stdin (never argv)."""
+    from agentcage.secrets import read_value
+
+    try:
+        return read_value(prompt=f"{key} for {cage} (hidden; stored encrypted on this host, "
+                                 "the cage sees a placeholder): ", one_line=True)
+    except ValueError as e:
+        raise ConfigError(f"-s {key}: {e}") from None
+
+
+def _overrides(trust: Sequence[str], upstream_ca: Sequence[str], as_user: int | None):
+    """The command line's choices for `cage create`/`update` (None: there are none)."""
+    from agentcage.config.overrides import Overrides
+
+    if not (trust or upstream_ca or as_user is not None):
+        return None
+    return Overrides(trust=tuple(trust), upstream_ca=tuple(upstream_ca), host_user=as_user)
 
 
 # ---- cage lifecycle ---------------------------------------------------------------------------
@@ -153,15 +210,17 @@ def cage() -> None:
               help="extra CA file trusted for upstream TLS, e.g. a corporate proxy's (repeatable)")
 @click.option("--trust-network", "trust", multiple=True,
               help="test world only: a private network treated as public (repeatable)")
+@AS_USER
 def cage_create(config_path: Path, project: Path | None, no_start: bool,
-                upstream_ca: tuple[str, ...], trust: tuple[str, ...]) -> None:
-    """Create (and start) a cage from cage.yaml."""
+                upstream_ca: tuple[str, ...], trust: tuple[str, ...],
+                as_user: int | None) -> None:
+    """Create (and start) a cage from cage.yaml. The options are recorded: `cage update`
+    applies them again."""
     from agentcage.config.load import load_config
 
     config = load_config(config_path)
-    if upstream_ca or trust:
-        config = _apply_overrides(config, trust=trust, upstream_ca=upstream_ca)
-    _service().create(config, config_path.resolve().parent, project, start=not no_start)
+    _service().create(config, config_path.resolve().parent, project, start=not no_start,
+                      overrides=_overrides(trust, upstream_ca, as_user))
     out.print(f"cage {config.name} {'created' if no_start else 'running'}")
 
 
@@ -175,23 +234,27 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
               help="extra CA file trusted for upstream TLS (repeatable)")
 @click.option("--trust-network", "trust", multiple=True,
               help="test world only: a private network treated as public (repeatable)")
+@AS_USER
 def cage_update(name: str, config_path: Path, project: Path | None,
-                upstream_ca: tuple[str, ...], trust: tuple[str, ...]) -> None:
-    """Apply a changed cage.yaml to cage NAME, keeping its secrets, CA, logs and runtime
-    domain grants; a running cage restarts if more than its domain lists changed."""
+                upstream_ca: tuple[str, ...], trust: tuple[str, ...],
+                as_user: int | None) -> None:
+    """Apply a changed cage.yaml to cage NAME, keeping its secrets, CA, logs, named volumes,
+    runtime domain grants and the options given at create (an option given again replaces
+    it); a running cage restarts if more than its domain lists changed."""
     from agentcage.config.load import load_config
 
     config = load_config(config_path)
-    if upstream_ca or trust:
-        config = _apply_overrides(config, trust=trust, upstream_ca=upstream_ca)
-    result = _service().update(name, config, config_path.resolve().parent, project)
+    result = _service().update(name, config, config_path.resolve().parent, project,
+                               overrides=_overrides(trust, upstream_ca, as_user))
+    kept = (f" (kept from create: {', '.join(result['kept'])})" if result["kept"] else "")
     if not result["changed"]:
-        out.print(f"cage {name}: no change")
+        out.print(f"cage {name}: no change{kept}", markup=False)
         return
     how = ("restarted to apply it" if result["restarted"]
            else "the running gateway reloads the domain lists live" if result["live"]
            else "it applies at the next start")
-    out.print(f"cage {name}: updated {', '.join(result['changed'])}; {how}", markup=False)
+    out.print(f"cage {name}: updated {', '.join(result['changed'])}; {how}{kept}",
+              markup=False)
 
 
 def _lifecycle(verb: str):
@@ -221,14 +284,20 @@ def _destroy():
     @click.argument("name", shell_complete=complete_cages)
     @click.option("--yes", "-y", is_flag=True, help="do not ask")
     @click.option("--keep-secrets", is_flag=True,
-                  help="keep the stored secrets for the next `cage create` of this name")
-    def destroy(name: str, yes: bool, keep_secrets: bool) -> None:
-        """Stop a cage and remove its state (audit log, capture and CA included)."""
-        what = "all its state but its secrets" if keep_secrets else "all its state, secrets too"
+                  help="keep the stored secrets for the next `cage create` or `run` of this "
+                       "name")
+    @click.option("--keep-state", is_flag=True,
+                  help="keep the named volumes (the agent's own state) for the next one")
+    def destroy(name: str, yes: bool, keep_secrets: bool, keep_state: bool) -> None:
+        """Stop a cage and remove its state (audit log, capture, CA, named volumes and
+        secrets included, unless kept)."""
+        kept = [what for what, keep in (("secrets", keep_secrets), ("named volumes", keep_state))
+                if keep]
+        what = f"all its state but its {' and '.join(kept)}" if kept else "all its state"
         _confirm(f"destroy cage {name} and {what}?", yes)
-        _service().destroy(name, keep_secrets=keep_secrets)
-        kept = " (secrets kept)" if keep_secrets else ""
-        out.print(f"cage {name}: destroyed{kept}", markup=False)
+        _service().destroy(name, keep_secrets=keep_secrets, keep_state=keep_state)
+        note = f" ({' and '.join(kept)} kept)" if kept else ""
+        out.print(f"cage {name}: destroyed{note}", markup=False)
 
     return destroy
 
@@ -267,14 +336,15 @@ def _exec_command():
     @click.argument("name", shell_complete=complete_cages)
     @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
     def command(name: str, command: tuple[str, ...]) -> None:
-        """Run COMMAND inside the cage NAME (write it after --)."""
+        """Run COMMAND inside the cage NAME: `agentcage exec NAME -- COMMAND ...` (its own
+        options after --). Exits with the command's status."""
         sys.exit(_service().exec(name, list(command), interactive=sys.stdin.isatty()))
 
     return command
 
 
-cli.command("exec", context_settings={"ignore_unknown_options": True})(_exec_command())
-cage.command("exec", context_settings={"ignore_unknown_options": True})(_exec_command())
+cli.command("exec", epilog=ESCAPE_HELP)(_exec_command())
+cage.command("exec", epilog=ESCAPE_HELP)(_exec_command())
 
 
 def _shell_command():
@@ -289,8 +359,8 @@ def _shell_command():
     return command
 
 
-cli.command("shell")(_shell_command())
-cage.command("shell")(_shell_command())
+cli.command("shell", epilog=ESCAPE_HELP)(_shell_command())
+cage.command("shell", epilog=ESCAPE_HELP)(_shell_command())
 
 
 def _logs_command():
@@ -688,6 +758,8 @@ def demo(out_dir: Path) -> None:
     escaped = [o.agent for o in result.agents if not o.contained]
     if escaped:
         raise AgentcageError(f"not contained: {', '.join(escaped)} (see the lines above)")
+    if result.person is not None and not result.person.ok:
+        raise AgentcageError("a person's session did not go as it should (see the lines above)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -699,6 +771,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                  standalone_mode=False)
     except click.exceptions.Abort as e:  # click's form of an interrupt, or a refused question
         return report_abort(e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else None)
+    except click.NoSuchOption as e:
+        hint = ""
+        if e.ctx is not None and any(p.name == "command" for p in e.ctx.command.params):
+            # `run`/`exec`: an option before -- is agentcage's, never the command's
+            hint = "; a command's own options go after --, e.g. agentcage exec NAME -- ls -l"
+        err.print(f"error: {e.format_message()}{hint}", markup=False)
+        return EXIT_ERROR
     except click.ClickException as e:
         err.print(f"error: {e.format_message()}", markup=False)
         return EXIT_ERROR
@@ -741,7 +820,8 @@ def report_abort(interrupt: KeyboardInterrupt | None) -> int:
     from agentcage.interrupts import ending
 
     said, code = ending(interrupt)
-    err.print(said)
+    with contextlib.suppress(OSError):  # the terminal that hung up cannot be told
+        err.print(said)
     return code
 
 

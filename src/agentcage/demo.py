@@ -2,7 +2,9 @@
 
 From inside the cage: one allowed and one blocked request, then a secret set on the host used
 the way an agent uses an API key (the cage holds only its placeholder; the fake server receives
-the real value; the server's echo of it comes back as the placeholder).
+the real value; the server's echo of it comes back as the placeholder). Then the real agents,
+each in its scaffold's cage, tried as an attacker would (demo_agents.py), and last a person's
+session: `agentcage run claude-code -s ANTHROPIC_API_KEY`, twice (demo_session.py).
 
 Everything is built for the demo and removed after it: the fake internet (namespaces, DNS,
 HTTPS servers), a state directory, a project directory and the cage. The cage's uplink is the
@@ -36,6 +38,7 @@ from agentcage.demo_agents import (
     planted_token,
     session,
 )
+from agentcage.demo_session import PersonSession, persons_session
 from agentcage.errors import AgentcageError
 from agentcage.state import CageDir, StateStore
 from agentcage.verify import verify_cage, verify_plan
@@ -78,12 +81,13 @@ class SecretDemo:
     echo: str  # the server's echo as the cage received it
 
 
-@dataclass(frozen=True)
+@dataclass
 class DemoResult:
     requests: list[tuple[str, str]]  # (url, what the cage got)
     secret: SecretDemo
     verified: service.SavedReport
     agents: list[Outcome]  # the real agents that are installed, each in its scaffold's cage
+    person: PersonSession | None = None  # a person's session (demo_session.py), if installed
 
 
 def _config_text(net: FakeInternet, uplink_ns: str) -> str:
@@ -114,6 +118,7 @@ def run_demo(out_dir: Path, say: Callable[[str], None]) -> DemoResult:
             say(f"the fake internet's namespaces: {net.name_prefix}*")
             result = _in_a_cage(net, scratch, out_dir.resolve(), say)
             result.agents.extend(_real_agents(net, scratch, say))
+            result.person = persons_session(net, scratch / "person", say)
             return result
     except FakeNetError as exc:
         raise AgentcageError(f"the fake internet failed: {exc}") from exc

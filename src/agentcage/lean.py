@@ -118,8 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         # as click ends an interrupted command: a newline closing the terminal's ^C, then
         # the reporter's line and code
-        sys.stderr.write("\n")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+        except OSError:  # a terminal that hung up
+            pass
         from agentcage.cli import report_abort
 
         return report_abort(e)

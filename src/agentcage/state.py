@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 HOME_ENV = "AGENTCAGE_HOME"
+# What a cage's directory can hold with no cage in it: its stored secrets (`destroy
+# --keep-secrets`, `secret set` before `cage create`) and its named volumes (`destroy
+# --keep-state`, and `run` between one run of a project and the next).
+SECRETS, VOLUMES = "secrets", "volumes"
+KEPT = (SECRETS, VOLUMES)
 
 
 def state_root() -> Path:
@@ -142,20 +147,22 @@ class StateStore:
     def names(self) -> list[str]:
         if not self.cages_dir.is_dir():
             return []
-        # a cage whose `run` was killed before it wrote cage.yaml still shows (for prune)
-        markers = ("cage.yaml", "runtime.json", "owner.pid")
+        # a cage whose `run` was killed before it wrote cage.yaml still shows (for prune), and
+        # so does what a cage keeps for its next life (secrets, named volumes: see KEPT)
+        markers = ("cage.yaml", "runtime.json", "owner.pid", *KEPT)
         return sorted(p.name for p in self.cages_dir.iterdir()
                       if any((p / m).exists() for m in markers))
 
-    def remove(self, name: str, keep: str | None = None) -> None:
-        """Remove the cage's directory, or everything in it but the entry `keep`."""
+    def remove(self, name: str, keep: tuple[str, ...] = ()) -> None:
+        """Remove the cage's directory, or everything in it but the entries `keep` (when one
+        of them is there)."""
         import shutil  # here: `exec` imports this module, and shutil is not cheap
         root = self.cage(name).root
-        if keep is None or not (root / keep).exists():
+        if not any((root / k).exists() for k in keep):
             shutil.rmtree(root, ignore_errors=True)
             return
         for entry in root.iterdir():
-            if entry.name == keep:
+            if entry.name in keep:
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)

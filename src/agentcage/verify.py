@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from agentcage.errors import AgentcageError, StateError
-from agentcage.state import HOME_ENV, StateStore
+from agentcage.state import HOME_ENV, CageDir, StateStore
 from agentsec import gate, service
 from agentsec.errors import AgentsecError
 from agentsec.history import DB_NAME
@@ -30,6 +30,17 @@ def agentcage_binary() -> str:
     """This installation's own `agentcage`, so verify measures the cage it manages."""
     candidate = Path(sys.executable).parent / "agentcage"
     return str(candidate) if candidate.exists() else "agentcage"
+
+
+def own_volumes(cage: CageDir) -> list[tuple[str, str]]:
+    """The cage's named volumes as agentsec takes them: (path in the cage, host directory).
+    Only the cage mounts them; the probe's view is checked against this (agentsec.own_volumes)."""
+    from agentcage.backends.profile import load_meta
+    from agentcage.backends.volumes import volumes_root
+
+    meta = load_meta(cage.root / "meta.json")
+    root = volumes_root(cage)
+    return [(target, os.path.realpath(root / name)) for name, target, _ in meta.named_volumes]
 
 
 def verify_plan(
@@ -68,7 +79,8 @@ def verify_cage(
     child_env = {**(os.environ if env is None else env), HOME_ENV: str(store.root)}
     how = f"agentcage verify {name}: the probe run inside the cage through agentcage exec"
     try:
-        launch = cage_launch(name, how, agentcage_bin=agentcage_binary())
+        launch = cage_launch(name, how, agentcage_bin=agentcage_binary(),
+                             own_volumes=own_volumes(store.cage(name)))
         return service.measure(launch, plan, env=child_env)
     except AgentsecError as exc:
         raise VerifyError(f"verify {name}: {exc}") from exc

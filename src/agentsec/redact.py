@@ -41,6 +41,10 @@ def _redact_section(name: str, data: dict[str, Any]) -> None:
         if isinstance(data.get("host_root_mounted"), list):
             count = len(data["host_root_mounted"])
             data["host_root_mounted"] = [f"[host root mount {i}]" for i in range(1, count + 1)]
+    elif name == "persistence" and isinstance(data.get("targets"), list):
+        for item in data["targets"]:
+            if isinstance(item, dict):
+                item.pop("mount", None)  # where a file lies: paths (own_volume stays)
     elif name == "proc_environ":
         for key in ("pid1_extra_secret_names", "others_extra_secret_names"):
             if isinstance(data.get(key), list):

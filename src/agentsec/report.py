@@ -34,9 +34,12 @@ class Target:
     flags: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
     preset: str | None = None
+    # (path in the sandbox, host directory): volumes the launcher says the sandbox alone keeps
+    # (own_volumes.py checks each against what the probe saw before it counts)
+    own_volumes: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "kind": self.kind,
             "how": self.how,
             "engine": self.engine,
@@ -46,6 +49,9 @@ class Target:
             "command": list(self.command),
             "preset": self.preset,
         }
+        if self.own_volumes:
+            doc["own_volumes"] = [{"path": p, "source": s} for p, s in self.own_volumes]
+        return doc
 
 
 def report_filename(label: str) -> str:

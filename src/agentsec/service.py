@@ -10,7 +10,7 @@ keeps its evidence; a history that cannot be written is told after the reports a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from agentsec import catalogue as catalogue_module
 from agentsec import gate
 from agentsec.history import History, HistoryError, Regression
 from agentsec.launchers import Launch
+from agentsec.own_volumes import mark_own_volumes
 from agentsec.redact import redact as redact_probe
 from agentsec.render.markdown import render_markdown
 from agentsec.report import Target, build_report, write_report
@@ -60,8 +61,12 @@ def score(
 ) -> dict[str, Any]:
     """A schema_version 1 report for one probe output."""
     catalogue = catalogue_module.load()
+    probe = mark_own_volumes(probe, target.own_volumes)  # before redaction drops the paths
     if redact:
         probe = redact_probe(probe)
+        if target.own_volumes:
+            target = replace(target, own_volumes=tuple(
+                (path, "[redacted]") for path, _ in target.own_volumes))
     assessment = assess(probe, catalogue)
     return build_report(
         label=label,

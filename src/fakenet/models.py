@@ -3,13 +3,20 @@
     POST /v1/messages    Anthropic Messages (Claude Code): SSE when "stream" is true, else JSON
     POST /v1/responses   OpenAI Responses (Codex): always SSE
 
+and what an interactive Claude Code asks at start: `GET /api/hello` (and, on its OAuth host,
+`GET /v1/oauth/hello`) must answer 200 or it stops ("Unable to connect"); its managed settings
+and policy limits (`/api/claude_code/settings`, `/policy_limits`) answer 404, as for an
+account that has none.
+
 The test writes the session as a list of steps (`FakeInternet.script_model`); the server reads
 it at every request. A step is {"shell": "<command>"} (the model has the agent run a command
 with the agent's own shell tool: `Bash` {command} for Claude Code, `exec_command` {cmd} for
 Codex) or {"say": "<text>"} (a final answer). Which step a request is at is counted from the
 request itself: the number of tool results the agent has sent back so far, so the server keeps
 no state and every request of the session gets the next step. A request without the shell
-tool (a side request such as a title) gets a short text. Past the last step: the last text.
+tool gets the first text from its step on: a side request (a title), or a conversation at a
+terminal, as Codex's TUI has one with its default model, whose tools are declared elsewhere in
+the request. Past the last step: the last text.
 
 Everything the agents send is recorded like any other request (records.http), so a test can
 check which key reached the provider and which bytes did not.
@@ -28,15 +35,26 @@ ANTHROPIC_PATH = "/v1/messages"
 OPENAI_PATH = "/v1/responses"
 ANTHROPIC_SHELL = "Bash"
 OPENAI_SHELL = "exec_command"
+HELLO_PATHS = ("/api/hello", "/v1/oauth/hello")  # 200: "the service answers"
+NONE_PATHS = ("/api/claude_code/settings", "/api/claude_code/policy_limits")  # 404: none
 
 
 def wants(request: HttpRequest) -> bool:
     path = request.target.split("?", 1)[0]
+    if request.method == "GET" and path in (*HELLO_PATHS, *NONE_PATHS):
+        return True
     return request.method == "POST" and path in (ANTHROPIC_PATH, OPENAI_PATH)
 
 
 def respond(request: HttpRequest, script_file: str | None) -> bytes:
     """The whole HTTP response to one model request."""
+    path = request.target.split("?", 1)[0]
+    if request.method == "GET":
+        if path in HELLO_PATHS:
+            return _http(200, "application/json", b'{"message": "hello"}')
+        return _http(404, "application/json",
+                     json.dumps({"type": "error", "error": {"type": "not_found_error",
+                                                            "message": "none"}}).encode())
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
@@ -65,8 +83,10 @@ def _read_script(script_file: str | None) -> list[dict[str, str]]:
 
 
 def _step(steps: list[dict[str, str]], done: int, with_tool: bool) -> dict[str, str]:
-    if not with_tool or not steps:
+    if not steps:
         return {"say": "ok"}
+    if not with_tool:
+        return next((s for s in steps[done:] if "say" in s), {"say": "ok"})
     return steps[done] if done < len(steps) else next(
         (s for s in reversed(steps) if "say" in s), {"say": "done"})
 
@@ -172,7 +192,7 @@ def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> bytes:
 
 
 def _http(status: int, content_type: str, payload: bytes) -> bytes:
-    reason = {200: "OK", 400: "Bad Request"}[status]
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
     head = (f"HTTP/1.1 {status} {reason}\r\nServer: fakenet\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: keep-alive\r\n\r\n")
     return head.encode() + payload

@@ -29,7 +29,20 @@ VALID = [
     "name: a\ncontainer: {volumes: ['.:/workspace:ro'], env: {A: b}}",
     "name: a\nsecrets: {backend: plaintext, allow_plaintext: true}",
     "name: a\nsecret_injection: [{env: API_KEY, inject_to: [api.example.com]}]",
+    # named volumes (a bare word) beside a host directory beside cage.yaml (./data)
+    "name: a\ncontainer: {volumes: ['.:/workspace', 'home:/home/agent', './data:/data:ro',"
+    " 'cache.v1:/home/agent/.cache:rw']}",
+    "name: a\ncontainer: {volumes: ['home:/home/agent'], seed_files: {/home/agent/.a.json: "
+    "{merge: {k: ['${placeholder:API_KEY:last20}']}}, /home/agent/b/c.toml: {text: 'x = 1'}}}\n"
+    "secret_injection: [{env: API_KEY, inject_to: [api.example.com]}]",
 ]
+
+
+def test_a_bare_word_is_a_named_volume_and_a_path_is_a_host_directory():
+    spec = load_config_text(VALID[-2]).spec()
+    assert [v[0] for v in spec.volumes] == [".", "./data"]
+    assert spec.named_volumes == (("home", "/home/agent", "rw"),
+                                  ("cache.v1", "/home/agent/.cache", "rw"))
 
 
 @pytest.mark.parametrize("text", VALID)
@@ -61,6 +74,17 @@ INVALID = [
     ("name: a\ngateway: {trusted_networks: [nope]}", "CIDR"),
     ("name: a\ndns_servers: [resolver]", "IP address"),
     ("name: a\nagents: {watcher: {interval_seconds: 5}}", "interval_seconds"),
+    ("name: a\ncontainer: {volumes: ['home:/x', 'home:/y']}", "volume home is mounted twice"),
+    ("name: a\ncontainer: {volumes: ['home:/x', '.:/x']}", "two volumes at /x"),
+    ("name: a\ncontainer: {volumes: ['home:/proc/x']}", "reserved for the cage"),
+    ("name: a\ncontainer: {seed_files: {/home/agent/.a.json: {text: x}}}",
+     "lies under no named volume"),
+    ("name: a\ncontainer: {volumes: ['home:/home/agent'], seed_files: {/home/agent/../x: "
+     "{text: x}}}", "lies under no named volume"),
+    ("name: a\ncontainer: {volumes: ['home:/home/agent'], seed_files: {/home/agent/a: "
+     "{text: x, merge: {}}}}", "one of them"),
+    ("name: a\ncontainer: {volumes: ['home:/home/agent'], seed_files: {/home/agent/a: "
+     "{text: '${placeholder:NOPE}'}}}", "names the placeholder of NOPE"),
     ("- a\n- b", "expected a mapping"),
     ("name: [unclosed", "not valid YAML"),
 ]

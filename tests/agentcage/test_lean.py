@@ -83,10 +83,12 @@ def _imported(stderr: str) -> set[str]:
 def test_lean_exec_and_shell_behave_as_the_full_cli(home, net):  # noqa: F811
     project = create_cage(home, net, "lean", [])
     script = "echo out; echo err >&2; exit 7"
-    # the same command through the lean path (both entry points) and through click
+    _script(project, "s.sh", script)
+    # the same command through the lean path (both entry points) and through click (no --:
+    # a command of words alone; an option-looking one would be refused, see test_runs.py)
     lean_m = _run(home, AGENTCAGE, "exec", "lean", "--", "sh", "-c", script)
     lean_entry = _run(home, ENTRY, "cage", "exec", "lean", "--", "sh", "-c", script)
-    full = _run(home, AGENTCAGE, "exec", "lean", "sh", "-c", script)  # no --: the full CLI
+    full = _run(home, AGENTCAGE, "exec", "lean", "sh", "/workspace/s.sh")
     for r in (lean_m, lean_entry, full):
         assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n")
 
@@ -106,7 +108,9 @@ def test_lean_exec_and_shell_behave_as_the_full_cli(home, net):  # noqa: F811
     # on a terminal: the command's own pty and status, through both paths
     assert drive([*AGENTCAGE, "exec", "lean", "--", "sh", "-c", "tty; exit 6"], [],
                  _env(home))[1] == 6
-    assert drive([*AGENTCAGE, "exec", "lean", "sh", "-c", "exit 6"], [], _env(home))[1] == 6
+    _script(project, "six.sh", "exit 6")
+    assert drive([*AGENTCAGE, "exec", "lean", "sh", "/workspace/six.sh"], [],
+                 _env(home))[1] == 6
 
     # a sandbox that cannot be built runs nothing, and says so in one line on both paths
     hidden = project.with_name("moved")
@@ -137,12 +141,14 @@ def test_lean_exec_and_shell_behave_as_the_full_cli(home, net):  # noqa: F811
 def test_an_interrupted_lean_exec_stops_its_command_as_the_full_cli_does(home, net):  # noqa: F811
     project = create_cage(home, net, "stopme", [])
     results = {}
+    script = "echo x > started; exec sleep 61.5"
+    _script(project, "stop.sh", script)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        for form in (["--", "sh"], ["sh"]):  # lean, then full
+        for form in (["--", "sh", "-c", script], ["sh", "/workspace/stop.sh"]):  # lean, full
             marker = project / "started"
             marker.unlink(missing_ok=True)
             proc = subprocess.Popen(
-                [*AGENTCAGE, "exec", "stopme", *form, "-c", "echo x > started; exec sleep 61.5"],
+                [*AGENTCAGE, "exec", "stopme", *form],
                 env=_env(home), cwd=home, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True,
                 # SIGINT as a terminal user's Ctrl-C meets it (a shell's background job, as a
@@ -162,6 +168,13 @@ def test_an_interrupted_lean_exec_stops_its_command_as_the_full_cli_does(home, n
         143, "\nterminated\n")
     assert results[(signal.SIGINT, "--")] == results[(signal.SIGINT, "sh")] == (
         130, "\ninterrupted\n")
+
+
+def _script(project: Path, name: str, text: str) -> None:
+    """A shell script in the project, the cage's user's (for the full CLI's form of exec)."""
+    path = project / name
+    path.write_text(text + "\n")
+    os.chown(path, 1000, 1000)
 
 
 def _sleeping() -> bool:

@@ -54,7 +54,10 @@ def test_secret_set_before_create_then_update_and_destroy_keeping_secrets(home, 
     assert r.returncode == 0 and "not created yet" in r.stdout, r.stderr
     listed = json.loads(agentcage(home, "secret", "list", "life", "--json").stdout)
     assert [e["name"] for e in listed["secrets"] if e["stored"]] == ["API_TOKEN"]
-    assert agentcage(home, "ls").stdout.strip() == "no cages"  # a secret is not a cage
+    # a secret is not a cage: the name is listed as keeping it, and nothing runs
+    listing = json.loads(agentcage(home, "ls", "--json").stdout)["cages"]
+    assert listing == [{"name": "life", "status": "kept", "lifecycle": "-",
+                        "kept": ["secrets"]}]
     r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
     assert r.returncode == 0, r.stderr
     assert call_api(home, "life", net) == f"Bearer {value}"
@@ -137,3 +140,46 @@ def test_destroy_and_prune_need_consent(home, net):  # noqa: F811
     assert "keep" in agentcage(home, "ls").stdout
     assert agentcage(home, "exec", "keep", "--", "true").returncode == 0  # untouched
     assert agentcage(home, "destroy", "keep", "-y").returncode == 0
+
+
+VOLUME = """
+container:
+  volumes: [".:/workspace:rw", "home:/home/agent", "cache:/home/agent/.cache:rw"]
+"""
+
+
+@pytest.mark.netns
+def test_a_cages_named_volumes_outlive_exec_stop_start_update_and_destroy_keep_state(
+        home, net):  # noqa: F811
+    project = make_project(home / "work")
+    config = home / "cage.yaml"
+    config.write_text(cage_yaml(net, "vols", [], extra=VOLUME))
+    r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
+    assert r.returncode == 0, r.stderr
+    write = "echo one > ~/a; echo two > ~/.cache/b"
+    read = "cat ~/a ~/.cache/b"
+    assert agentcage(home, "exec", "vols", "--", "sh", "-c", write).returncode == 0
+    assert agentcage(home, "exec", "vols", "--", "sh", "-c", read).stdout == "one\ntwo\n"
+    assert agentcage(home, "restart", "vols").returncode == 0
+    config.write_text(cage_yaml(net, "vols", ["api.example.test"], extra=VOLUME))
+    assert agentcage(home, "cage", "update", "vols", "-c", str(config)).returncode == 0
+    assert agentcage(home, "exec", "vols", "--", "sh", "-c", read).stdout == "one\ntwo\n"
+    # the volumes are on the host, the workload's, and nowhere in the host's mount table
+    state = home / "home" / "cages" / "vols"
+    for volume in ("home", "cache"):
+        st = (state / "volumes" / volume).stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (1000, 0o700), volume
+    assert "agentcage-volumes" not in Path("/proc/self/mountinfo").read_text()
+    # the cage sees its volumes, not the state directory they are kept in
+    r = agentcage(home, "exec", "vols", "--", "sh", "-c", f"ls {state} 2>&1; grep -c "
+                  "agentcage-volumes /proc/self/mountinfo")
+    assert "No such file" in r.stdout and r.stdout.strip().endswith("0"), r.stdout
+
+    assert agentcage(home, "destroy", "vols", "-y", "--keep-state").returncode == 0
+    assert sorted(p.name for p in state.iterdir() if not p.name.startswith(".")) == ["volumes"]
+    assert json.loads(agentcage(home, "ls", "--json").stdout)["cages"][0]["status"] == "kept"
+    r = agentcage(home, "cage", "create", "-c", str(config), "--project", str(project))
+    assert r.returncode == 0, r.stderr
+    assert agentcage(home, "exec", "vols", "--", "sh", "-c", read).stdout == "one\ntwo\n"
+    assert agentcage(home, "destroy", "vols", "-y").returncode == 0
+    assert not state.exists()

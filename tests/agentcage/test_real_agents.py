@@ -144,3 +144,13 @@ def test_verify_scores_a_started_scaffold_cage_at_most_8(on_host, world, scaffol
     scored = {f["id"] for f in report["summary"]["findings"] if f["severity"] != "info"}
     assert scored == {"FS-003"}, report["summary"]["findings"]
     assert all(a["state"] != "not_measured" for a in report["summary"]["axes"].values())
+    # the agent's settings in the cage's own home volume are seen, and told apart from the
+    # host's (PERS-003): the note names them
+    notes = {f["id"]: f["evidence"] for f in report["summary"]["findings"]}
+    if scaffold == "codex":
+        assert notes.get("PERS-006") == ["~/.codex/config.toml"], notes
+    files = {f["path"]: f for f in
+             report["probe"]["output"]["sections"]["credentials"]["data"]["files"]}
+    if scaffold == "claude-code":  # seeded, read, and no login file: it holds no key
+        assert files["~/.claude.json"]["readable"] is True
+        assert files["~/.claude.json"]["holds_token"] is False

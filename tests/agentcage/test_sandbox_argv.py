@@ -77,6 +77,19 @@ def test_read_only_project():
     assert argv[argv.index("/p") - 1] == "--ro-bind"
 
 
+def test_the_home_is_a_tmpfs_unless_a_named_volume_is_mounted_there():
+    assert "/home/agent" in pairs(sandbox_argv(spec()), "--tmpfs")  # the control
+    home = Mount("/run/agentcage-volumes/0", "/home/agent", writable=True)
+    argv = sandbox_argv(spec(mounts=(*spec().mounts, home)))
+    assert "/home/agent" not in pairs(argv, "--tmpfs")
+    i = argv.index("/run/agentcage-volumes/0")
+    assert argv[i - 1 : i + 2] == ["--bind", "/run/agentcage-volumes/0", "/home/agent"]
+    # a volume below the home keeps the home's tmpfs under it
+    cache = Mount("/run/agentcage-volumes/0", "/home/agent/.cache", writable=True)
+    argv = sandbox_argv(spec(mounts=(*spec().mounts, cache)))
+    assert argv.index("/home/agent") < argv.index("/home/agent/.cache")
+
+
 def test_command_runs_behind_the_started_marker():
     argv = sandbox_argv(spec())
     tail = argv[argv.index("--chdir") :]

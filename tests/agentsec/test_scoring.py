@@ -318,6 +318,14 @@ FIRES = [
             "persistence", git_hooks={"path": "./.git/hooks", "exists": True, "writable": True}
         ),
     ),
+    (
+        "PERS-006",  # as agentsec.own_volumes marks a target in a declared, matching volume
+        outputs.with_data(
+            "persistence",
+            targets=[{"path": "~/.codex/config.toml", "kind": "agent", "exists": True,
+                      "appendable": True, "own_volume": True}],
+        ),
+    ),
     ("RES-001", outputs.with_data("resources", memory_limit=None, pids_limit=None)),
 ]
 

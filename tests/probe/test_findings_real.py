@@ -432,6 +432,28 @@ def test_an_npmrc_with_a_token_and_git_credentials_are_credentials(tmp_path):
     assert token not in report["_stdout"]
 
 
+# --- SEC-010: Claude Code's ~/.claude.json is a login file when it holds a saved key --------
+
+
+def test_a_claude_json_of_settings_is_no_login_file_and_one_with_a_key_is(tmp_path):
+    bound, home_env = (*SANDBOX, "--tmpfs", "/home"), {"HOME": "/home/agent"}
+    settings = '{"hasCompletedOnboarding": true, "primaryApiKey": null, ' \
+               '"customApiKeyResponses": {"approved": ["0123456789abcdef0123"]}}'
+    home = home_with(tmp_path / "a", {".claude.json": settings})
+    report = measure((*bound, "--bind", str(home), "/home/agent", "--"), env=home_env)
+    files = {f["path"]: f for f in data(report, "credentials")["files"]}
+    assert files["~/.claude.json"]["readable"] is True  # the control: it was there to read
+    assert files["~/.claude.json"]["holds_token"] is False
+    assert "SEC-010" not in ids(report)
+
+    key = "sk-ant-api03-" + canary()
+    home = home_with(tmp_path / "b", {".claude.json": '{"theme": "dark", "primaryApiKey" : '
+                                                       f'"{key}"}}'})
+    report = measure((*bound, "--bind", str(home), "/home/agent", "--"), env=home_env)
+    assert finding(report, "SEC-010")["evidence"] == ["~/.claude.json"]
+    assert key not in report["_stdout"]
+
+
 # --- PROC-001: a PID namespace of its own is not enough with the host's /proc ----------------
 
 

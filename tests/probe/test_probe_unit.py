@@ -322,6 +322,10 @@ def test_persistence_files_stay_unchanged_and_missing_ones_are_not_created(run_p
     assert targets[("./.claude/settings.json", "cwd")]["appendable"] is True
     assert targets[("~/.zshrc", "home")] == {"path": "~/.zshrc", "kind": "shell", "exists": False,
                                             "appendable": False, "via": "home"}
+    # where an appendable file lies is said (a sandbox's own volume is told apart by it)
+    mount = targets[("~/.bashrc", "home")]["mount"]
+    assert mount is not None and str(home).startswith(mount["mountpoint"])
+    assert "mount" not in targets[("~/.zshrc", "home")]
 
 
 # --- Failure paths: not measured, never sealed ----------------------------------------------

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from agentcage.config.spec import CageSpec
 
 
+NOBODY_AS_ROOT_OWNS = "host_user auto: nobody, as root owns the project"
+
+
 @dataclass(frozen=True)
 class CageMeta:
     """What `create` decided once, so that `exec` needs neither cage.yaml nor pydantic: where
@@ -35,13 +38,19 @@ class CageMeta:
     # Env names with a secret injection rule: the cage gets their placeholders, never values.
     secret_env: tuple[str, ...] = ()
     files: tuple[tuple[str, str], ...] = ()  # (cage path, text): container.files
+    # (name, cage path, rw|ro): the cage's named volumes (volumes.py keeps them)
+    named_volumes: tuple[tuple[str, str, str], ...] = ()
+    # (cage path, merge|text, content): container.seed_files (seeds.py)
+    seed_files: tuple[tuple[str, str, str], ...] = ()
 
     def to_dict(self) -> dict:
         return {"project": self.project, "host_uid": self.host_uid, "host_gid": self.host_gid,
                 "volumes": [list(v) for v in self.volumes], "uid": self.uid, "gid": self.gid,
                 "tmpfs": [list(t) for t in self.tmpfs], "env": dict(self.env),
                 "lifecycle": self.lifecycle, "secret_env": list(self.secret_env),
-                "files": dict(self.files)}
+                "files": dict(self.files),
+                "named_volumes": [list(v) for v in self.named_volumes],
+                "seed_files": [list(s) for s in self.seed_files]}
 
     @classmethod
     def from_dict(cls, d: dict) -> CageMeta:
@@ -57,6 +66,9 @@ class CageMeta:
             lifecycle=str(d["lifecycle"]),
             secret_env=tuple(str(n) for n in d.get("secret_env", ())),
             files=tuple(sorted((str(k), str(v)) for k, v in d.get("files", {}).items())),
+            named_volumes=tuple((str(a), str(b), str(c))
+                                for a, b, c in d.get("named_volumes", ())),
+            seed_files=tuple((str(a), str(b), str(c)) for a, b, c in d.get("seed_files", ())),
         )
 
 
@@ -78,7 +90,8 @@ def make_meta(spec: CageSpec, project: Path, host_uid: int, host_gid: int,
     if not any(t == "/tmp" for t, _ in tmpfs):
         tmpfs += (("/tmp", None),)
     return CageMeta(str(project), host_uid, host_gid, volumes, spec.uid, spec.gid, tmpfs,
-                    spec.env, spec.lifecycle, spec.secret_env, spec.files)
+                    spec.env, spec.lifecycle, spec.secret_env, spec.files, spec.named_volumes,
+                    spec.seed_files)
 
 
 def choose_host_user(spec: CageSpec, project: Path) -> tuple[int, int, str]:
@@ -92,7 +105,7 @@ def choose_host_user(spec: CageSpec, project: Path) -> tuple[int, int, str]:
     if sudo_uid and sudo_uid.isdigit() and int(sudo_uid) != 0:
         return int(sudo_uid), int(os.environ.get("SUDO_GID", sudo_uid)), \
             "host_user auto: SUDO_UID"
-    return 65534, 65534, "host_user auto: nobody, as root owns the project"
+    return 65534, 65534, NOBODY_AS_ROOT_OWNS
 
 
 def check_access(host_uid: int, host_gid: int,
@@ -105,11 +118,16 @@ def check_access(host_uid: int, host_gid: int,
         r = subprocess.run(["setpriv", f"--reuid={host_uid}", f"--regid={host_gid}",
                             "--clear-groups", "--", *test], capture_output=True, timeout=10)
         if r.returncode != 0:
+            if how == NOBODY_AS_ROOT_OWNS and target == WORKSPACE:
+                raise BackendError(
+                    f"the project {src} belongs to root, and a cage never runs as root: give "
+                    f"it to the user who works in it (chown -R USER {src}) or run the cage as "
+                    "a uid that can write it (--as-user UID, or container.host_user)")
             need = "read and write" if mode == "rw" else "read"
             raise BackendError(
                 f"volume {src} ({target}): host uid {host_uid} ({how}) cannot {need} it; make "
-                "it and its parent directories reachable by that uid, or set "
-                "container.host_user to a uid that can"
+                "it and its parent directories reachable by that uid, or run the cage as a "
+                "uid that can (--as-user UID, or container.host_user)"
             )
 
 

@@ -103,7 +103,9 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
         if size:
             argv += ["--size", str(size)]
         argv += ["--tmpfs", target]
-    argv += ["--tmpfs", "/run", "--tmpfs", "/var/tmp", "--tmpfs", AGENT_HOME]
+    argv += ["--tmpfs", "/run", "--tmpfs", "/var/tmp"]
+    if not any(m.dest == AGENT_HOME for m in spec.mounts):  # else a named volume is the home
+        argv += ["--tmpfs", AGENT_HOME]
     for m in spec.mounts:
         argv += ["--bind" if m.writable else "--ro-bind", m.source, m.dest]
     for mask in spec.masks:

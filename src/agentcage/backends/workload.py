@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage.backends import cgroups, host, netplan, terminal
+from agentcage.backends import cgroups, host, netplan, terminal, volumes
 from agentcage.backends.keyring import join_new_session_keyring
 from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import (
@@ -76,24 +76,50 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 def workload_env(t: Target) -> dict[str, str]:
-    """cage.yaml's env with every secret that has an injection rule replaced by its placeholder
-    (read fresh on every exec, so a rotation reaches new processes)."""
+    """cage.yaml's env with every stored secret that has an injection rule replaced by its
+    placeholder (read fresh on every exec, so a rotation reaches new processes)."""
     env = dict(t.meta.env)
-    if t.meta.secret_env:  # the secrets package only for a cage that has injected secrets
-        from agentcage.secrets import cage as cage_secrets
-
-        env.update(cage_secrets.workload_env(t.cage, t.meta.secret_env))
+    env.update(placeholders(t))
     return env
 
 
+def placeholders(t: Target) -> dict[str, str]:
+    """ENV -> placeholder of each stored secret with an injection rule."""
+    if not t.meta.secret_env:  # the secrets package only for a cage that has injected secrets
+        return {}
+    from agentcage.secrets import cage as cage_secrets
+
+    return cage_secrets.workload_env(t.cage, t.meta.secret_env)
+
+
+def open_volumes(t: Target, env_placeholders: dict[str, str]) -> list[volumes.OpenVolume]:
+    """The cage's named volumes, opened (made if missing), with its seed files put in."""
+    opened = volumes.open_volumes(t.cage, t.meta.named_volumes, t.meta.host_uid,
+                                  t.meta.host_gid)
+    try:
+        volumes.apply_seeds(opened, t.meta.seed_files, env_placeholders, t.meta.host_uid,
+                            t.meta.host_gid)
+    except BaseException:
+        for v in opened:
+            os.close(v.fd)
+        raise
+    return opened
+
+
 def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list[int],
-                 started_fd: int, gate_fd: int | None = None) -> SandboxSpec:
-    """The spec of one command; the descriptors it opens are appended to `fds` (caller closes)."""
+                 started_fd: int, gate_fd: int | None = None,
+                 named: Sequence[volumes.OpenVolume] = (),
+                 env_placeholders: dict[str, str] | None = None) -> SandboxSpec:
+    """The spec of one command; the descriptors it opens are appended to `fds` (caller closes).
+    `named`: the named volumes, opened and staged by `launch` (see volumes.py);
+    `env_placeholders`: the secrets' placeholders, when the caller has read them already."""
     def data(name: str, content: bytes, dest: str) -> DataFile:
         fd = _memfd(name, content)
         fds.append(fd)
         return DataFile(fd, dest)
 
+    env = dict(t.meta.env)
+    env.update(placeholders(t) if env_placeholders is None else env_placeholders)
     ca = t.cage.ca_cert.read_bytes()
     bundle_path = Path(SYSTEM_BUNDLE_PATH)
     system = bundle_path.read_bytes() if bundle_path.exists() else b""
@@ -124,6 +150,10 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
                 raise BackendError(str(e)) from None
             masks += m
             read_only += r
+    for index, volume in enumerate(named):
+        source = (volumes.staged_path(index) if _stages_volumes()
+                  else str(volumes.volumes_root(t.cage) / volume.name))
+        mounts.append(Mount(source, volume.target, writable=volume.writable))
     return SandboxSpec(
         command=tuple(command),
         netns=t.plan.cage_ns,
@@ -142,18 +172,27 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         seccomp_fd=seccomp_fd,
         started_fd=started_fd,
         gate_fd=gate_fd,
-        env=cage_environment(f"http://{t.plan.gateway_address}:8080", workload_env(t),
+        env=cage_environment(f"http://{t.plan.gateway_address}:8080", env,
                              os.environ.get("TERM")),
         root_links=host_root_links(),
         interactive=interactive,
     )
 
 
-def _before_exec(cgroup_dirs: tuple[str, ...]) -> None:
+def _stages_volumes() -> bool:
+    """Whether named volumes are bound under volumes.STAGING first: when agentcage runs as
+    root, whose state directory the workload's uid cannot reach (see volumes.py)."""
+    return os.geteuid() == 0
+
+
+def _before_exec(cgroup_dirs: tuple[str, ...], stager: volumes.Stager | None) -> None:
     """In the child, before nsenter/setpriv/bwrap: into the cage's cgroup (its limits hold
-    for everything the command starts) and a fresh session keyring."""
+    for everything the command starts), a fresh session keyring, and the named volumes
+    staged where bubblewrap can mount them from (in a mount namespace of this command)."""
     cgroups.join(cgroup_dirs)
     join_new_session_keyring()
+    if stager is not None:
+        stager.stage()
 
 
 def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dict,
@@ -161,19 +200,28 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
     """Start one sandboxed command; returns the process and the read end of the started pipe.
     `gate`: the read end of a pipe the command waits on (see `start`)."""
     fds: list[int] = []
+    named: list[volumes.OpenVolume] = []
     started_r, started_w = os.pipe()
     try:
         os.fchown(started_w, t.meta.host_uid, t.meta.host_gid)  # the sandbox reopens it
         if gate is not None:
             os.fchown(gate, t.meta.host_uid, t.meta.host_gid)  # and this one
-        spec = sandbox_spec(t, command, interactive, fds, started_w, gate)
+        env_placeholders = placeholders(t)
+        named = open_volumes(t, env_placeholders)
+        stager = None
+        if named and _stages_volumes():
+            volumes.prepare_staging()
+            stager = volumes.Stager([str(volumes.volumes_root(t.cage) / v.name) for v in named])
+        spec = sandbox_spec(t, command, interactive, fds, started_w, gate, named,
+                            env_placeholders)
         if detached:
             spec = dataclasses.replace(spec, die_with_parent=False)
         passed = (*fds, started_w) if gate is None else (*fds, started_w, gate)
         try:
             proc = subprocess.Popen(sandbox_argv(spec), env=sandbox_env(spec),
                                     pass_fds=passed,
-                                    preexec_fn=functools.partial(_before_exec, t.cgroups),
+                                    preexec_fn=functools.partial(_before_exec, t.cgroups,
+                                                                 stager),
                                     **popen_args)
         except (OSError, subprocess.SubprocessError) as e:
             raise BackendError(f"cannot start the sandbox of cage {t.cage.name}: {e}") from None
@@ -181,7 +229,7 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
         os.close(started_r)
         raise
     finally:
-        for fd in (*fds, started_w):
+        for fd in (*fds, started_w, *(v.fd for v in named)):
             with contextlib.suppress(OSError):
                 os.close(fd)
     return proc, started_r

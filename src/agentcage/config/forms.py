@@ -20,7 +20,7 @@ FORMS['claude-code'] = {'name': '__NAME__',
                                       'drop_capabilities': ['ALL'],
                                       'add_capabilities': [],
                                       'no_new_privileges': True,
-                                      'volumes': ['.:/workspace:rw'],
+                                      'volumes': ['.:/workspace:rw', 'home:/home/agent'],
                                       'tmpfs': ['/tmp:rw,nosuid,size=512m'],
                                       'ports': [],
                                       'env': {'DISABLE_AUTOUPDATER': '1',
@@ -28,7 +28,11 @@ FORMS['claude-code'] = {'name': '__NAME__',
                                       'limits': {'memory': 4294967296,
                                                  'pids': 1024,
                                                  'cpu': 'auto'},
-                                      'files': {}},
+                                      'files': {},
+                                      'seed_files': {'/home/agent/.claude.json': {'merge': {'hasCompletedOnboarding': True,
+                                                                                            'projects': {'/workspace': {'hasTrustDialogAccepted': True}},
+                                                                                            'customApiKeyResponses': {'approved': ['${placeholder:ANTHROPIC_API_KEY:last20}']}},
+                                                                                  'text': None}}},
                         'domains': {'mode': 'allowlist',
                                     'allow': ['api.anthropic.com'],
                                     'block': [],
@@ -38,6 +42,11 @@ FORMS['claude-code'] = {'name': '__NAME__',
                                   'icmp': {'allow': False}},
                         'secrets': {'backend': 'auto', 'allow_plaintext': False},
                         'secret_injection': [{'env': 'ANTHROPIC_API_KEY',
+                                              'inject_to': ['api.anthropic.com'],
+                                              'inject_headers': True,
+                                              'inject_body': False,
+                                              'headers': []},
+                                             {'env': 'CLAUDE_CODE_OAUTH_TOKEN',
                                               'inject_to': ['api.anthropic.com'],
                                               'inject_headers': True,
                                               'inject_body': False,
@@ -97,32 +106,51 @@ FORMS['codex'] = {'name': '__NAME__',
                                 'drop_capabilities': ['ALL'],
                                 'add_capabilities': [],
                                 'no_new_privileges': True,
-                                'volumes': ['.:/workspace:rw'],
+                                'volumes': ['.:/workspace:rw', 'home:/home/agent'],
                                 'tmpfs': ['/tmp:rw,nosuid,size=512m'],
                                 'ports': [],
                                 'env': {},
                                 'limits': {'memory': 4294967296, 'pids': 1024, 'cpu': 'auto'},
-                                'files': {'/home/agent/.codex/config.toml': 'model_provider = '
-                                                                            '"openai-through-agentcage"\n'
-                                                                            'sandbox_mode = '
-                                                                            '"danger-full-access"\n'
-                                                                            '\n'
-                                                                            '[model_providers.openai-through-agentcage]\n'
-                                                                            'name = "OpenAI '
-                                                                            '(through the '
-                                                                            'agentcage gateway)"\n'
-                                                                            'base_url = '
-                                                                            '"https://api.openai.com/v1"\n'
-                                                                            'env_key = '
-                                                                            '"OPENAI_API_KEY"\n'
-                                                                            'wire_api = '
-                                                                            '"responses"\n'
-                                                                            '\n'
-                                                                            '[analytics]\n'
-                                                                            'enabled = false\n'
-                                                                            '\n'
-                                                                            '[features]\n'
-                                                                            'plugins = false\n'}},
+                                'files': {},
+                                'seed_files': {'/home/agent/.codex/config.toml': {'merge': None,
+                                                                                  'text': 'model_provider '
+                                                                                          '= '
+                                                                                          '"openai-through-agentcage"\n'
+                                                                                          'sandbox_mode '
+                                                                                          '= '
+                                                                                          '"danger-full-access"\n'
+                                                                                          '\n'
+                                                                                          '[model_providers.openai-through-agentcage]\n'
+                                                                                          'name = '
+                                                                                          '"OpenAI '
+                                                                                          '(through '
+                                                                                          'the '
+                                                                                          'agentcage '
+                                                                                          'gateway)"\n'
+                                                                                          'base_url '
+                                                                                          '= '
+                                                                                          '"https://api.openai.com/v1"\n'
+                                                                                          'env_key '
+                                                                                          '= '
+                                                                                          '"OPENAI_API_KEY"\n'
+                                                                                          'wire_api '
+                                                                                          '= '
+                                                                                          '"responses"\n'
+                                                                                          '\n'
+                                                                                          '[analytics]\n'
+                                                                                          'enabled '
+                                                                                          '= '
+                                                                                          'false\n'
+                                                                                          '\n'
+                                                                                          '[features]\n'
+                                                                                          'plugins '
+                                                                                          '= '
+                                                                                          'false\n'
+                                                                                          '\n'
+                                                                                          '[projects."/workspace"]\n'
+                                                                                          'trust_level '
+                                                                                          '= '
+                                                                                          '"trusted"\n'}}},
                   'domains': {'mode': 'allowlist',
                               'allow': ['api.openai.com'],
                               'block': [],
@@ -196,7 +224,8 @@ FORMS['minimal'] = {'name': '__NAME__',
                                   'ports': [],
                                   'env': {},
                                   'limits': {'memory': 2147483648, 'pids': 1024, 'cpu': 'auto'},
-                                  'files': {}},
+                                  'files': {},
+                                  'seed_files': {}},
                     'domains': {'mode': 'allowlist', 'allow': [], 'block': [], 'passthrough': []},
                     'ports': {'tcp': {'allow': [80, 443], 'passthrough': []},
                               'udp': {'allow': []},

@@ -157,11 +157,11 @@ def dump_config(config: CageConfig) -> str:
 def apply_overrides(config: CageConfig, *, name: str | None = None, uplink: str | None = None,
                     dns: Sequence[str] = (), trust: Sequence[str] = (),
                     upstream_ca: Sequence[str] = (), allow: Sequence[str] = (),
-                    lifecycle: str | None = None) -> CageConfig:
+                    lifecycle: str | None = None, host_user: int | None = None) -> CageConfig:
     """`config` with command-line choices applied on top (validated again as a whole): a name,
     an uplink, DNS servers (replacing), trusted networks, upstream CA files and allowed domains
-    (added), a lifecycle. What each does: overrides.py."""
+    (added), a lifecycle, the host uid. What each does: overrides.py."""
     data = yaml.safe_load(dump_config(config))
-    apply(data, Overrides(name, uplink, dns, trust, upstream_ca, allow, lifecycle))
+    apply(data, Overrides(name, uplink, dns, trust, upstream_ca, allow, lifecycle, host_user))
     # in the configuration's own order (a scaffold's stored form keeps it too)
     return load_config_text(yaml.safe_dump(data, sort_keys=False), source="command-line options")

@@ -6,6 +6,7 @@ Keys and defaults follow the public agentcage; additions for the namespace backe
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Annotated, Literal
@@ -22,7 +23,7 @@ from pydantic import (
 
 from agentcage.config import syntax
 from agentcage.config.spec import CageSpec
-from agentcage.config.syntax import parse_size, parse_tmpfs, parse_volume
+from agentcage.config.syntax import is_named_volume, parse_size, parse_tmpfs, parse_volume
 from agentcage.domains import DomainPattern, parse_pattern
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.settings import GatewaySettings
@@ -34,7 +35,8 @@ from agentcage.names import NAME_RE
 _GW, _ENTROPY, _CAPTURE = GatewaySettings, EntropySettings(), CaptureSettings()
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-AGENT_HOME = "/home/agent"  # the cage's home directory (a tmpfs of its own at every command)
+AGENT_HOME = "/home/agent"  # the cage's home directory (a tmpfs of its own at every command,
+# unless a named volume is mounted there)
 MAX_FILES, MAX_FILE_BYTES = 16, 64 * 1024
 
 
@@ -66,6 +68,25 @@ class ResourceLimits(Strict):
     cpu: Annotated[float, Field(gt=0, le=1024)] | Literal["auto"] | None = "auto"
 
 
+class SeedFile(Strict):
+    """A file of the agent's own state, put into a named volume before every command. `merge`:
+    a JSON object whose keys are added to the file where it lacks them (objects are merged
+    key by key, lists gain the items they lack; a value the file already has is never
+    changed). `text`: the file's content, written only when there is no such file. Either
+    may name a secret's placeholder, `${placeholder:ENV}` (or its last 20 characters,
+    `${placeholder:ENV:last20}`); an entry naming a secret that is not stored is left out."""
+
+    merge: dict[str, object] | None = None
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SeedFile:
+        if (self.merge is None) == (self.text is None):
+            raise ValueError("write merge: {...} (a JSON object merged into the file) or "
+                             "text: ... (written when the file is missing), one of them")
+        return self
+
+
 class Container(Strict):
     image: str | None = None
     rootfs: str | None = None
@@ -84,6 +105,9 @@ class Container(Strict):
     # Files the agent reads at start (its own configuration): cage path under the cage's home
     # -> text. Bound read-only at every command; nothing is written on the host.
     files: dict[str, str] = Field(default_factory=dict)
+    # The agent's own state in a named volume: what its first run would ask, answered (see
+    # SeedFile). Paths lie under a named volume's container path.
+    seed_files: dict[str, SeedFile] = Field(default_factory=dict)
 
     @field_validator("user")
     @classmethod
@@ -121,9 +145,36 @@ class Container(Strict):
     @field_validator("volumes")
     @classmethod
     def _volumes(cls, v: list[str]) -> list[str]:
+        targets: set[str] = set()
+        names: set[str] = set()
         for spec in v:
-            parse_volume(spec)
+            source, target, _ = parse_volume(spec)
+            if target in targets:
+                raise ValueError(f"two volumes at {target}; keep one")
+            targets.add(target)
+            if is_named_volume(source):
+                if source in names:
+                    raise ValueError(f"volume {source} is mounted twice; keep one")
+                names.add(source)
         return v
+
+    @model_validator(mode="after")
+    def _seeds(self) -> Container:
+        if len(self.seed_files) > MAX_FILES:
+            raise ValueError(f"seed_files: at most {MAX_FILES} files")
+        named = [target for source, target, _ in map(parse_volume, self.volumes)
+                 if is_named_volume(source)]
+        for path, seed in self.seed_files.items():
+            normal = os.path.normpath(path)
+            where = next((t for t in named if normal.startswith(t.rstrip("/") + "/")), None)
+            if normal != path or where is None:
+                raise ValueError(
+                    f"seed_files: {path} lies under no named volume; write a path inside one "
+                    "(volumes: [home:/home/agent], then /home/agent/...)")
+            size = len((seed.text if seed.text is not None else json.dumps(seed.merge)).encode())
+            if size > MAX_FILE_BYTES:
+                raise ValueError(f"seed_files: {path} is larger than {MAX_FILE_BYTES // 1024} KiB")
+        return self
 
     @field_validator("tmpfs")
     @classmethod
@@ -334,6 +385,18 @@ class CageConfig(Strict):
         if not NAME_RE.match(v):
             raise ValueError("use 1-63 of a-z, 0-9 and '-', starting with a letter or digit")
         return v
+
+    @model_validator(mode="after")
+    def _seed_placeholders(self) -> CageConfig:
+        from agentcage.seeds import placeholder_names
+
+        rules = {r.env for r in self.secret_injection}
+        for path, seed in self.container.seed_files.items():
+            for env in placeholder_names(seed.text if seed.text is not None else seed.merge):
+                if env not in rules:
+                    raise ValueError(f"container.seed_files: {path} names the placeholder of "
+                                     f"{env}, which no secret_injection rule injects; add one")
+        return self
 
     def spec(self) -> CageSpec:
         """What the services and the backend take: made from the validated form (spec.py)."""

@@ -35,6 +35,7 @@ class Overrides:
     upstream_ca: Sequence[str] = ()  # added to gateway.upstream_ca_files (resolved)
     allow: Sequence[str] = ()  # added to domains.allow (mode allowlist if none)
     lifecycle: str | None = None
+    host_user: int | None = None  # container.host_user (`--as-user`)
 
 
 def apply(data: dict[str, Any], o: Overrides) -> dict[str, Any]:
@@ -55,6 +56,8 @@ def apply(data: dict[str, Any], o: Overrides) -> dict[str, Any]:
         data["domains"]["allow"] = [*data["domains"].get("allow", []), *o.allow]
     if o.lifecycle:
         data["lifecycle"] = o.lifecycle
+    if o.host_user is not None:
+        data["container"]["host_user"] = o.host_user
     return data
 
 
@@ -70,6 +73,8 @@ def vouched(form: dict[str, Any], o: Overrides) -> dict[str, Any] | None:
         return None
     if o.lifecycle not in (None, "service", "interactive", "ephemeral"):
         return None
+    if o.host_user is not None and (isinstance(o.host_user, bool) or o.host_user < 1):
+        return None  # the model refuses it, in its words
     domains = form["domains"]
     if o.allow and (domains["mode"] == "blocklist" or domains["block"]):
         return None  # the model refuses the combination, in its words
@@ -82,6 +87,7 @@ def vouched(form: dict[str, Any], o: Overrides) -> dict[str, Any] | None:
             upstream_ca=o.upstream_ca,
             allow=[syntax.domain_pattern(v) for v in o.allow],
             lifecycle=o.lifecycle,
+            host_user=o.host_user,
         )
     except ValueError:
         return None

@@ -10,11 +10,20 @@ values are only read, with the shared value syntax (syntax.py).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentcage.config.syntax import TmpfsMount, Volume, cpus, parse_tmpfs, parse_volume, uid_gid
+from agentcage.config.syntax import (
+    TmpfsMount,
+    Volume,
+    cpus,
+    is_named_volume,
+    parse_tmpfs,
+    parse_volume,
+    uid_gid,
+)
 
 # The gateway settings (gateway/settings.py) that cage.yaml decides, and where they are in it.
 _GATEWAY_SETTINGS = {
@@ -38,10 +47,13 @@ class CageSpec:
     host_user: int | None  # None: auto (chosen at create, see backends/profile.py)
     uid: int
     gid: int
-    volumes: tuple[Volume, ...]  # as written (resolved at create)
+    volumes: tuple[Volume, ...]  # host directories, as written (resolved at create)
+    named_volumes: tuple[Volume, ...]  # (name, cage path, rw|ro): kept by the cage
     tmpfs: tuple[TmpfsMount, ...]
     env: tuple[tuple[str, str], ...]
     files: tuple[tuple[str, str], ...]  # (cage path, text)
+    # (cage path, "merge" | "text", content): merge's content is its object as JSON text
+    seed_files: tuple[tuple[str, str, str], ...]
     secret_env: tuple[str, ...]  # env names with an injection rule: placeholders in the cage
     memory: int | None
     pids: int | None
@@ -68,6 +80,13 @@ class CageSpec:
         host_user = container["host_user"]
         uid, gid = uid_gid(container["user"])
         rules = doc["secret_injection"]
+        volumes = [parse_volume(v) for v in container["volumes"]]
+        seeds = []
+        for path, seed in sorted(container.get("seed_files", {}).items()):
+            if seed.get("merge") is not None:
+                seeds.append((path, "merge", json.dumps(seed["merge"], sort_keys=True)))
+            else:
+                seeds.append((path, "text", seed["text"]))
         settings: dict[str, Any] = {}
         for key, path in _GATEWAY_SETTINGS.items():
             value: Any = doc
@@ -89,10 +108,12 @@ class CageSpec:
             host_user=None if host_user == "auto" else int(host_user),
             uid=uid,
             gid=gid,
-            volumes=tuple(parse_volume(v) for v in container["volumes"]),
+            volumes=tuple(v for v in volumes if not is_named_volume(v[0])),
+            named_volumes=tuple(v for v in volumes if is_named_volume(v[0])),
             tmpfs=tuple(parse_tmpfs(t) for t in container["tmpfs"]),
             env=tuple(sorted(container["env"].items())),
             files=tuple(sorted(container["files"].items())),
+            seed_files=tuple(seeds),
             secret_env=tuple(sorted(r["env"] for r in rules)),
             memory=limits["memory"],
             pids=limits["pids"],

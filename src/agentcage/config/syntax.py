@@ -17,21 +17,33 @@ _SIZE = re.compile(r"(\d+)([kmg]?)")
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 # plain tuples: `run` reads these on every start, and a class per shape costs more to make
-type Volume = tuple[str, str, str]  # (host path as written, cage path, rw|ro)
+type Volume = tuple[str, str, str]  # (host path as written, or a volume's name; cage path, rw|ro)
+# A named volume's name, as Docker and podman spell one: a bare word (no slash), so a host
+# directory beside cage.yaml is written ./data and `data` is a volume the cage keeps.
+_VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 type TmpfsMount = tuple[str, int | None]  # (cage path, size in bytes or None)
 
 
 def parse_volume(spec: str) -> Volume:
+    """`HOST:CONTAINER[:rw|ro]` (a host directory) or `NAME:CONTAINER[:rw|ro]` (a named
+    volume: a bare word, see `is_named_volume`)."""
     parts = str(spec).split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
-        raise ValueError("write HOST:CONTAINER[:rw|ro], e.g. .:/workspace:rw")
+        raise ValueError("write HOST:CONTAINER[:rw|ro] (e.g. .:/workspace:rw) or "
+                         "NAME:CONTAINER for a named volume (e.g. home:/home/agent)")
     mode = parts[2] if len(parts) == 3 else "rw"
     if mode not in ("rw", "ro"):
         raise ValueError(f"mode must be rw or ro, not {mode!r}")
-    for refusal in (target_refusal(parts[1]), written_source_refusal(parts[0])):
+    source_refusal = None if is_named_volume(parts[0]) else written_source_refusal(parts[0])
+    for refusal in (target_refusal(parts[1]), source_refusal):
         if refusal:
             raise ValueError(refusal)
     return parts[0], parts[1], mode
+
+
+def is_named_volume(source: str) -> bool:
+    """A volume source that names a volume the cage keeps, not a host directory."""
+    return _VOLUME_NAME.fullmatch(source) is not None
 
 
 def parse_tmpfs(spec: str) -> TmpfsMount:

@@ -76,6 +76,13 @@ class PlaceholderBook:
         self._save(book)
         return rotations
 
+    def retain(self, names: Iterable[str]) -> None:
+        """Only the placeholders of `names` stay (the stored secrets)."""
+        wanted, book = set(names), self.load()
+        kept = {n: ph for n, ph in book.items() if n in wanted}
+        if kept != book:
+            self._save(kept)
+
     def drop(self, name: str) -> bool:
         book = self.load()
         if book.pop(name, None) is None:

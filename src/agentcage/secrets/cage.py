@@ -6,8 +6,10 @@ its workload sees, and making a running gateway reload them.
   gateway starts and on every change, removed when the cage stops. The directory is named after
   the cage AND its state directory, so two state roots holding a cage of the same name (two
   users, two test runs) never share, overwrite or remove each other's staged secrets.
-- The workload's environment: every env name with an injection rule is replaced by its
-  placeholder (CageMeta.secret_env); a real value never enters the cage.
+- The workload's environment: every env name with an injection rule and a stored value gets
+  its placeholder instead (CageMeta.secret_env); a real value never enters the cage. A rule
+  whose secret is not stored puts nothing there: an agent that reads one of several
+  credentials (Claude Code: an API key before an OAuth token) then finds the one it has.
 - Reload: SIGHUP to the gateway, which re-reads the staged file and acknowledges in
   `<cage dir>/gateway.secrets.json` with the placeholders in force (never values).
 """
@@ -62,7 +64,9 @@ def staged_for(cage: CageDir, backend: str, allow_plaintext: bool) -> tuple[Stag
         return ()
     store = store_of(cage, backend, allow_plaintext).store
     if not store.has_data():
+        book.retain(())
         return ()
+    book.retain(store.names())  # a placeholder that stands for no stored value goes
     return collect(store, book)
 
 
@@ -76,11 +80,13 @@ def unstage_for_gateway(cage: CageDir) -> None:
 
 
 def workload_env(cage: CageDir, names: Sequence[str]) -> dict[str, str]:
-    """ENV -> placeholder for each name with an injection rule (what the cage sees instead)."""
+    """ENV -> placeholder for each name with an injection rule whose secret is stored (what
+    the cage sees instead). A secret has a placeholder from when it is set until it is
+    removed (secrets/service.py), so the book alone says which are stored."""
     if not names:
         return {}
-    book = book_of(cage)
-    return {name: str(book.ensure(name)) for name in names}
+    book = book_of(cage).load()
+    return {name: str(book[name]) for name in names if name in book}
 
 
 def reload_gateway(cage: CageDir, runtime: dict, timeout: float = RELOAD_TIMEOUT) -> None:

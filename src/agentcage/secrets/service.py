@@ -28,14 +28,17 @@ class SecretEntry:
     inject_body: bool = False
 
 
-def read_value(stdin: BinaryIO | None = None, prompt: str = "secret value: ") -> bytes:
+def read_value(stdin: BinaryIO | None = None, prompt: str = "secret value: ",
+               one_line: bool = False) -> bytes:
     """The value from a hidden prompt when stdin is a terminal, else all of stdin (one trailing
-    newline removed). Never from argv. An empty value is refused."""
+    newline removed), or with `one_line` its next line only, read a byte at a time so that the
+    rest of stdin is left for what reads it next (`run -s`: the caged command). Never from
+    argv. An empty value is refused."""
     stream = stdin if stdin is not None else sys.stdin.buffer
     if stream.isatty():
         value = getpass.getpass(prompt).encode()
     else:
-        value = stream.read()
+        value = _line(stream.fileno()) if one_line else stream.read()
         if value.endswith(b"\r\n"):
             value = value[:-2]
         elif value.endswith(b"\n"):
@@ -43,6 +46,21 @@ def read_value(stdin: BinaryIO | None = None, prompt: str = "secret value: ") ->
     if not value:
         raise ValueError("empty secret value refused")
     return value
+
+
+def _line(fd: int, limit: int = 64 * 1024) -> bytes:
+    """One line of `fd` (its newline included), unbuffered."""
+    import os
+
+    line = bytearray()
+    while len(line) < limit:
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+        if byte == b"\n":
+            break
+    return bytes(line)
 
 
 def check_value(name: str, value: bytes) -> bytes:

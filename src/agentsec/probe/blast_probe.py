@@ -59,7 +59,7 @@ import time
 import warnings
 
 PROBE_FORMAT = 1
-PROBE_VERSION = "1.1.0"
+PROBE_VERSION = "1.2.0"
 
 # ---------------------------------------------------------------------------------------------
 # Fixed targets. AGENTSEC_PROBE_TARGETS may replace any of these keys (docs/probe-output.md).
@@ -108,6 +108,11 @@ HOME_CREDENTIAL_FILES = (
 NPMRC = "~/.npmrc"
 NPMRC_TOKEN_KEYS = ("_authToken", "_auth", "_password")
 MAX_CONFIG_BYTES = 1 << 16
+# Claude Code's ~/.claude.json holds a credential only when an API key was saved there (its
+# OAuth tokens are in ~/.claude/.credentials.json): otherwise settings and onboarding answers.
+CLAUDE_CONFIG = "~/.claude.json"
+CLAUDE_KEY_FIELD = b'"primaryApiKey"'
+MAX_CLAUDE_CONFIG_BYTES = 4 << 20
 # Login files of coding agents and of the GitHub CLI they drive (agent_login: true).
 AGENT_LOGIN_FILES = (
     "~/.claude/.credentials.json",
@@ -1579,6 +1584,26 @@ def npmrc_holds_token(path):
     return False
 
 
+def claude_config_holds_key(path):
+    """Whether Claude Code's ~/.claude.json names a saved API key (`"primaryApiKey": "..."`):
+    True, False, or None if it cannot be read whole. Read only to answer this; nothing of it
+    is kept."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CLAUDE_CONFIG_BYTES + 1)
+    except OSError:
+        return None
+    if len(data) > MAX_CLAUDE_CONFIG_BYTES:
+        return None
+    start = data.find(CLAUDE_KEY_FIELD)
+    while start != -1:
+        rest = data[start + len(CLAUDE_KEY_FIELD):].lstrip()
+        if rest[:1] == b":" and rest[1:].lstrip()[:1] == b'"':
+            return True
+        start = data.find(CLAUDE_KEY_FIELD, start + 1)
+    return False
+
+
 def credential_entries(relative, homes, agent_login):
     entries = []
     for via, path, exists in home_file_candidates(relative, homes):
@@ -1592,6 +1617,8 @@ def credential_entries(relative, homes, agent_login):
         }
         if relative == NPMRC:
             entry["holds_token"] = npmrc_holds_token(path) if readable else False
+        if relative == CLAUDE_CONFIG:
+            entry["holds_token"] = claude_config_holds_key(path) if readable else False
         entries.append(entry)
     return entries
 
@@ -2066,20 +2093,30 @@ def proc_shows_host():
 
 def section_persistence(settings):
     homes = home_dirs(settings.environ)
+    mounts = visible_mounts(read_mounts())
     targets = []
     for relative, kind in PERSISTENCE_TARGETS:
         for via, path, exists in home_file_candidates(relative, homes):
             # O_APPEND without O_CREAT: a missing file is never made, an existing one unchanged.
             appendable = bool(exists) and can_open(path, os.O_WRONLY | os.O_APPEND) is True
-            targets.append(
-                {
-                    "path": relative,
-                    "kind": kind,
-                    "exists": exists,
-                    "appendable": appendable,
-                    "via": via,
-                }
-            )
+            target = {
+                "path": relative,
+                "kind": kind,
+                "exists": exists,
+                "appendable": appendable,
+                "via": via,
+            }
+            if appendable:
+                # Where it lies: whoever measures can tell the sandbox's own volume (which
+                # only its own later runs read) from a directory of the host's.
+                mount = mount_holding(os.path.realpath(path), mounts)
+                target["mount"] = None
+                if mount:
+                    target["mount"] = {
+                        "mountpoint": clean_text(mount["mountpoint"]),
+                        "root": clean_text(mount["root"]),
+                    }
+            targets.append(target)
     hooks_exist = os.path.isdir(GIT_HOOKS_DIR)
     return {
         "targets": targets,

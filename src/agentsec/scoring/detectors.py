@@ -414,7 +414,10 @@ def credential_files(facts: Facts) -> Hit | None:
 
 
 def agent_login_files(facts: Facts) -> Hit | None:
-    return _hit(str(r.get("path")) for r in _readable_files(facts) if r.get("agent_login"))
+    # Claude Code's ~/.claude.json counts when it holds a saved key, or when that cannot be told
+    # (an older probe did not say): otherwise it holds settings and onboarding answers.
+    return _hit(str(r.get("path")) for r in _readable_files(facts)
+                if r.get("agent_login") and r.get("holds_token") is not False)
 
 
 def shadow_readable(facts: Facts) -> Hit | None:
@@ -628,15 +631,28 @@ def host_processes_visible(facts: Facts) -> Hit | None:
 
 
 def _appendable(kind: str) -> Detector:
+    """A file of `kind` that runs later can be appended to, outside the sandbox's own volumes."""
     def detect(facts: Facts) -> Hit | None:
         return _hit(
             str(r.get("path"))
             for r in facts.records("persistence", "targets")
             if r.get("kind") == kind and r.get("appendable") is True
+            and r.get("own_volume") is not True
         )
 
     detect.__name__ = f"appendable_{kind}"
     return detect
+
+
+def own_volume_persistence(facts: Facts) -> Hit | None:
+    """Files that run later, appendable in a volume the launcher declared the sandbox's own and
+    the probe found mounted from it (agentsec.own_volumes): only the sandbox's later runs read
+    them."""
+    return _hit(
+        str(r.get("path"))
+        for r in facts.records("persistence", "targets")
+        if r.get("appendable") is True and r.get("own_volume") is True
+    )
 
 
 def git_hooks_writable(facts: Facts) -> Hit | None:
@@ -712,6 +728,7 @@ def build_registry() -> DetectorRegistry:
         ("PERS-003", ("persistence",), _appendable("agent")),
         ("PERS-004", ("persistence",), _appendable("git")),
         ("PERS-005", ("persistence",), git_hooks_writable),
+        ("PERS-006", ("persistence",), own_volume_persistence),
         ("RES-001", ("resources",), no_limits),
     )
     for finding_id, sections, detect in table:
