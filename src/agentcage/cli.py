@@ -169,8 +169,10 @@ def run(scaffold, command, secrets, forget, fresh, project, config_path, name, a
                          secrets=secrets, ask=lambda key: _ask_secret(key, cage_name),
                          forget=forget, fresh=fresh, stored=stored)
     if interactive and not command:  # a person starting the agent: where, and the way out
-        err.print(f"agentcage: cage {cage_name}; Ctrl-] twice leaves a session that hangs",
-                  markup=False)
+        # (plain: rich costs the agent's start more than the line is worth)
+        sys.stderr.write(f"agentcage: cage {cage_name}; Ctrl-] twice leaves a session that "
+                         "hangs\n")
+        sys.stderr.flush()
     sys.exit(run_in_cage(_service(), request))
 
 

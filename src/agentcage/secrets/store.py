@@ -106,9 +106,10 @@ def open_store(root: Path, backend: str = "auto", allow_plaintext: bool = False)
             "then move them to an encrypted backend"
         )
     if len(holding) == 1:
+        # Not probed again: it held this cage's secrets, and if it stopped working its first
+        # read says so, with the tool's own reason (the probe is two tool runs, paid by every
+        # start of the cage otherwise).
         chosen = holding[0]
-        if (problem := availability(chosen, root)) is not None:
-            raise problem
         warning = PLAINTEXT_WARNING.format(path=root) if chosen == "plaintext" else None
         return StoreChoice(
             _make(chosen, root), chosen, "already holds this cage's secrets", warning
