@@ -77,7 +77,7 @@ class CageService:
                 f"cage {config.name!r} exists; `agentcage cage update {config.name} -c FILE` "
                 "applies a changed configuration, or destroy it first"
             )
-        if (cage.root / "owner.pid").exists():
+        if cage.owner.exists():
             raise StateError(f"{config.name!r} is the name of a run's cage; choose another name")
         if overrides is not None:
             config = _apply_overrides(config, overrides)
@@ -210,7 +210,7 @@ class CageService:
         for name in self.store.names():
             cage = self.store.cage(name)
             kept = [k for k in KEPT if (cage.root / k).is_dir()]
-            if _only_kept(cage):
+            if cage.only_kept():
                 rows.append({"name": name, "status": "kept", "lifecycle": "-", "kept": kept})
                 continue
             try:
@@ -233,11 +233,11 @@ class CageService:
             cage = self.store.cage(row["name"])
             if row["status"] == "broken" or self._abandoned(cage, row):
                 # an abandoned run's kept secrets and volumes are its project's: they stay
-                run = (cage.root / "owner.pid").exists()
+                run = cage.owner.exists()
                 self.destroy(row["name"], keep_secrets=run, keep_state=run)
                 removed.append(row["name"])
         # and what no state records any more (a dead gateway and a damaged runtime.json)
-        removed += [f"orphaned namespaces agc-{s}-*" if not s.startswith("cgroup ") else s
+        removed += [s if " " in s else f"orphaned namespaces agc-{s}-*"  # a bare suffix
                     for s in orphans.sweep()]
         return removed
 
@@ -245,7 +245,7 @@ class CageService:
     def _abandoned(cage: CageDir, row: dict[str, Any]) -> bool:
         from agentcage.backends import host
 
-        owner = cage.root / "owner.pid"
+        owner = cage.owner
         if row["lifecycle"] == "ephemeral" or owner.exists():
             try:
                 return not host.alive(int(owner.read_text()))
@@ -460,11 +460,6 @@ class CageService:
         records, bad_lines = read_capture(files)
         doc, bad_records = convert(records, view)
         return doc, bad_lines + bad_records
-
-
-def _only_kept(cage: CageDir) -> bool:
-    markers = ("cage.yaml", "runtime.json", "owner.pid", "meta.json")
-    return not any((cage.root / m).exists() for m in markers)
 
 
 def _apply_overrides(config: CageConfig, overrides: Overrides) -> CageConfig:

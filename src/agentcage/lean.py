@@ -57,7 +57,8 @@ def run(name: str, command: list[str] | None) -> int:
     if command is None:  # as `shell`: interactive on a terminal, else commands from stdin
         command = ["/bin/sh", "-i"] if interactive else ["/bin/sh"]
     target = workload.running_target(cage)
-    return workload.run(target, command, interactive, capture=False).returncode
+    return workload.exit_status(workload.run(target, command, interactive,
+                                             capture=False).returncode)
 
 
 # Commands that start a cage's gateway (`cage create` unless --no-start; `update` may restart)

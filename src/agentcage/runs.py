@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from agentcage.cages import CageService
     from agentcage.config.spec import CageSpec
 
-OWNER = "owner.pid"  # the pid of the `run` that holds the cage
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 
@@ -125,12 +124,12 @@ def _claim(service: CageService, cage: CageDir) -> None:
             service.backend.stop(cage, grace=0)
             service.store.remove(cage.name, keep=KEPT)
         service.store.create(cage.name)
-        atomic_write(cage.root / OWNER, str(os.getpid()))
+        atomic_write(cage.owner, str(os.getpid()))
 
 
 def _owner(cage: CageDir) -> int | None:
     try:
-        return int((cage.root / OWNER).read_text())
+        return int(cage.owner.read_text())
     except (OSError, ValueError):
         return None
 

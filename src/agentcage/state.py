@@ -27,6 +27,9 @@ HOME_ENV = "AGENTCAGE_HOME"
 # --keep-state`, and `run` between one run of a project and the next).
 SECRETS, VOLUMES = "secrets", "volumes"
 KEPT = (SECRETS, VOLUMES)
+# What a cage's directory holds while there is a cage: its configuration, its runtime state,
+# the pid of the `run` that made it (a run killed before it wrote cage.yaml still shows).
+_LIFE = ("cage.yaml", "runtime.json", "owner.pid")
 
 
 def state_root() -> Path:
@@ -117,9 +120,19 @@ class CageDir:
     ca_cert = property(lambda self: self.root / "ca" / "mitmproxy-ca-cert.pem")
     upstream_ca = property(lambda self: self.root / "upstream-ca.pem")
     cage_bundle = property(lambda self: self.root / "cage-ca-bundle.pem")
+    owner = property(lambda self: self.root / "owner.pid")  # a run's cage: its `run`'s pid
 
     def exists(self) -> bool:
         return self.config.exists()
+
+    def only_kept(self) -> bool:
+        """Whether the directory holds no cage, only what one keeps (KEPT) for its next life."""
+        return not any((self.root / m).exists() for m in (*_LIFE, "meta.json"))
+
+    def holds_a_cage(self) -> bool:
+        """Whether a command can still name a cage here (its configuration, its runtime state,
+        or its `run`): if not, nothing would ever stop a gateway of it (see orphans.py)."""
+        return any((self.root / m).exists() for m in _LIFE)
 
 
 class StateStore:
@@ -149,7 +162,7 @@ class StateStore:
             return []
         # a cage whose `run` was killed before it wrote cage.yaml still shows (for prune), and
         # so does what a cage keeps for its next life (secrets, named volumes: see KEPT)
-        markers = ("cage.yaml", "runtime.json", "owner.pid", *KEPT)
+        markers = (*_LIFE, *KEPT)
         return sorted(p.name for p in self.cages_dir.iterdir()
                       if any((p / m).exists() for m in markers))
 

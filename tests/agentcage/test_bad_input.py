@@ -17,7 +17,7 @@ import pytest
 
 from agentcage.backends import host
 from agentcage.secrets.cage import gateway_staging_path
-from agentcage.state import StateStore
+from agentcage.state import CageDir, StateStore
 from tests.agentcage.conftest import cage_yaml, make_project
 from tests.agentcage.test_cli import AGENTCAGE
 
@@ -301,9 +301,16 @@ def test_prune_stops_a_gateway_whose_cage_directory_was_deleted(net):
     (home / "cage.yaml").write_text(cage_yaml(net, "stray", []))
     assert run(home, "cage", "create", "-c", str(home / "cage.yaml"), "--project",
                str(project)).returncode == 0
-    runtime = json.loads((home / "state" / "cages" / "stray" / "runtime.json").read_text())
+    state = home / "state" / "cages" / "stray"
+    runtime = json.loads((state / "runtime.json").read_text())
     suffix, pid = runtime["plan"]["suffix"], runtime["gateway_pid"]
+    staged = gateway_staging_path(CageDir(state)).parent
+    assert staged.is_dir()  # the control: the gateway's staged secrets are there
     shutil.rmtree(home / "state")  # deleted by hand: no command can name this cage any more
+    # what a deletion racing the gateway's own writes leaves: the directory, holding only the
+    # gateway's heartbeat (no cage any command could name)
+    state.mkdir(parents=True)
+    (state / "gateway.heartbeat").write_text("")
     assert host.alive(pid)
     other = Path(tempfile.mkdtemp(prefix="agentcage-other-"))  # another user's state root
     try:
@@ -311,6 +318,7 @@ def test_prune_stops_a_gateway_whose_cage_directory_was_deleted(net):
         assert r.returncode == 0 and suffix in r.stdout.decode(), r.stdout + r.stderr
         assert not host.alive(pid)
         assert not [n for n in os.listdir("/run/netns") if suffix in n]
+        assert not staged.exists()  # the values go with it, not only the processes
     finally:
         shutil.rmtree(other, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)

@@ -288,3 +288,19 @@ def test_a_run_whose_terminal_hangs_up_leaves_nothing(home, net):
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
     assert list((home / "home" / "cages").iterdir()) == []
     assert our_namespaces(home) <= before
+
+
+@pytest.mark.netns
+def test_a_session_whose_cage_is_stopped_elsewhere_ends_with_the_shells_status(home, net):
+    create_cage(home, net, "stopped", [])
+    # another terminal: once the session's command runs, `agentcage stop` (a process of its
+    # own, so that this one forks the session's terminal with no thread beside it)
+    other = subprocess.Popen(
+        ["sh", "-c", "for i in $(seq 300); do pgrep -f 'sleep 61[.]25' >/dev/null && break; "
+                     'sleep 0.1; done; exec "$@"', "sh", *AGENTCAGE, "stop", "stopped"],
+        env=_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    screen, code = drive([*AGENTCAGE, "exec", "stopped", "--", "sh", "-c",
+                          "echo up; exec sleep 61.25"], [], _env(home), timeout=60)
+    assert other.wait(timeout=60) == 0, other.stderr.read() if other.stderr else ""
+    assert "up" in screen
+    assert code == 128 + signal.SIGTERM, screen  # as a shell says it, not Python's -15 (241)

@@ -196,7 +196,7 @@ class NamespaceBackend:
         runs before, nor at all if the start fails."""
         _, started = self._start(cage, spec, gateway, (command, interactive))
         assert started is not None
-        return started.wait().returncode
+        return workload.exit_status(started.wait().returncode)
 
     def _start(self, cage: CageDir, spec: CageSpec, gateway: Pending | None,
                command: tuple[Sequence[str], bool] | None,
@@ -409,7 +409,8 @@ class NamespaceBackend:
 
     def exec(self, cage: CageDir, command: Sequence[str], interactive: bool = False) -> int:
         """Run `command` in the cage with the caller's terminal; its exit code."""
-        return workload.run(self._target(cage), command, interactive, capture=False).returncode
+        return workload.exit_status(
+            workload.run(self._target(cage), command, interactive, capture=False).returncode)
 
     def exec_capture(self, cage: CageDir, command: Sequence[str],
                      timeout: float | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,7 @@
 """What cages left behind when nothing records them any more: a gateway whose cage's state
 directory was deleted, a cage's namespaces whose gateway died and whose runtime.json is gone or
-damaged, or cgroups whose cage is gone.
+damaged, cgroups whose cage is gone, and staged secrets (values, in memory-backed files) of a
+cage whose state directory is gone.
 
 Safe to remove, whoever made them: a running cage always has a live gateway in its gateway
 namespace, and a cage being started gets its gateway within seconds, so a pair of cage
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from agentcage.backends import cgroups, host, netplan
+from agentcage.state import CageDir
 
 NETNS_DIR = Path("/run/netns")
 
@@ -51,6 +54,22 @@ def sweep(min_age: float = 120.0, only: Callable[[str], bool] = lambda suffix: T
         host.run_batch(netplan.teardown_batch(plan), check=False)
         removed.append(suffix)
     removed += _sweep_cgroups(min_age, only, now)
+    removed += _sweep_stagings()
+    return removed
+
+
+def _sweep_stagings() -> list[str]:
+    """Staged secrets whose cage is gone (its state directory holds no cage and no gateway of
+    it runs): their values would otherwise stay in memory-backed files until a reboot."""
+    from agentcage.secrets.staging import stale_stagings
+
+    def alive(state_dir: Path) -> bool:
+        return CageDir(state_dir).holds_a_cage() or bool(host.gateways_of(state_dir))
+
+    removed = []
+    for directory in stale_stagings(alive):
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(f"staged secrets {directory.name}")
     return removed
 
 
@@ -63,7 +82,9 @@ def _stop_stray_gateways(only: Callable[[str], bool]) -> list[str]:
         if not entry.isdigit():
             continue
         state_dir = host.gateway_state_dir(int(entry))
-        if state_dir is None or state_dir.exists():
+        # Gone, or emptied of every mark of a cage (a deletion can race the gateway's own
+        # writes there, and leave a directory holding nothing but its heartbeat).
+        if state_dir is None or CageDir(state_dir).holds_a_cage():
             continue
         suffix = host.cage_suffix_of(int(entry))
         if suffix is None or not only(suffix):
@@ -73,6 +94,9 @@ def _stop_stray_gateways(only: Callable[[str], bool]) -> list[str]:
         host.terminate(sorted(set(victims)), grace=0)
         cgroups.CageCgroup(cgroups.detect(), suffix).destroy(grace=0)
         host.run_batch(netplan.teardown_batch(plan), check=False)
+        from agentcage.secrets.cage import unstage_for_gateway
+
+        unstage_for_gateway(CageDir(state_dir))
         stopped.append(suffix)
     return stopped
 

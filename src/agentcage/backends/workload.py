@@ -341,6 +341,12 @@ class Running:
             os.close(started)
 
 
+def exit_status(returncode: int) -> int:
+    """A command's status as a shell gives it: 128 + N for one ended by signal N (a cage
+    stopped from another terminal: 137, not Python's -9, which an exit would turn into 247)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def spawn(t: Target, command: Sequence[str], log: Path, timeout: float = 10.0) -> int:
     """Start `command` in the background (a service workload) with output to `log`; returns
     its pid once the sandbox proved it is complete. It outlives the CLI."""

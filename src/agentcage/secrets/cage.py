@@ -71,8 +71,10 @@ def staged_for(cage: CageDir, backend: str, allow_plaintext: bool) -> tuple[Stag
 
 
 def stage_for_gateway(cage: CageDir, backend: str, allow_plaintext: bool) -> Path:
-    """Write the gateway's staged copy (an empty list when there are no secrets)."""
-    return stage(staged_for(cage, backend, allow_plaintext), gateway_staging_path(cage))
+    """Write the gateway's staged copy (an empty list when there are no secrets), with the
+    cage's state directory beside it (for `agentcage prune`: staging.stale_stagings)."""
+    return stage(staged_for(cage, backend, allow_plaintext), gateway_staging_path(cage),
+                 owner=cage.root.resolve())
 
 
 def unstage_for_gateway(cage: CageDir) -> None:

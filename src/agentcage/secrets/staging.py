@@ -14,7 +14,7 @@ import binascii
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,9 @@ RUN_DIR_ENV = "AGENTCAGE_RUN_DIR"
 DEFAULT_RUN_DIR = Path("/dev/shm/agentcage")
 MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 FILE_NAME = "secrets.json"
+# Beside it: the state directory of the cage it was staged for, so that what a cage left behind
+# (its state directory deleted, its gateway killed) is found and removed (`stale_stagings`).
+OWNER_NAME = "state-dir"
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,10 @@ def _existing_parent(path: Path) -> Path:
     return path
 
 
-def stage(secrets: Sequence[StagedSecret], target: CageDir | Path) -> Path:
+def stage(secrets: Sequence[StagedSecret], target: CageDir | Path,
+          owner: Path | None = None) -> Path:
     """Write `secrets` for the gateway; `target` is a cage (default path) or an explicit file.
+    `owner`: the state directory of the cage, recorded beside them (see OWNER_NAME).
 
     Refuses a target that is not on tmpfs/ramfs. Returns the path written.
     """
@@ -110,8 +115,25 @@ def stage(secrets: Sequence[StagedSecret], target: CageDir | Path) -> Path:
             for s in secrets
         ],
     }
+    if owner is not None:
+        atomic_write(path.with_name(OWNER_NAME), str(owner), mode=0o600)
     atomic_write(path, json.dumps(doc), mode=0o600)
     return path
+
+
+def stale_stagings(alive: Callable[[Path], bool]) -> list[Path]:
+    """The staging directories (under the run directory) whose recorded cage `alive` says is
+    gone: what nothing will ever unstage. A directory without the record is left alone."""
+    stale = []
+    with contextlib.suppress(OSError):
+        for directory in run_dir().iterdir():
+            try:
+                owner = Path((directory / OWNER_NAME).read_text())
+            except (OSError, ValueError):
+                continue
+            if owner.is_absolute() and not alive(owner):
+                stale.append(directory)
+    return stale
 
 
 def load_staged(path: Path) -> tuple[StagedSecret, ...]:
@@ -137,10 +159,11 @@ def load_staged(path: Path) -> tuple[StagedSecret, ...]:
 
 
 def unstage(target: CageDir | Path) -> None:
-    """Remove the staged file (when the gateway stops)."""
+    """Remove the staged file, its record and their directory (when the gateway stops)."""
     path = staging_path(target) if isinstance(target, CageDir) else Path(target)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    for name in (path.name, OWNER_NAME):
+        with contextlib.suppress(FileNotFoundError):
+            path.with_name(name).unlink()
     with contextlib.suppress(OSError):
         path.parent.rmdir()
 
