@@ -11,6 +11,7 @@ gateway's regular-proxy mode), then the same TLS and handshake inside it.
 
 SPEC: {"host", "port", "tls", "path", "cafile" (optional), "timeout" (optional), "via_proxy",
        "pipeline" (optional: send every message at once, then read the answers),
+       "pace" (optional: seconds to wait before each message, to keep a connection open),
        "messages": [{"type": "text"|"binary", one of: "data" (base64 of the payload),
                      "text" (expanded with os.path.expandvars), "file" (read in the client),
                      optional "slice": [start, end] (of the payload, None for an open end),
@@ -31,6 +32,7 @@ import socket
 import ssl
 import struct
 import sys
+import time
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -178,6 +180,8 @@ def main(spec):
         for message in messages:
             opcode = 0x1 if message.get("type", "text") == "text" else 0x2
             try:
+                if spec.get("pace"):
+                    time.sleep(spec["pace"])
                 if not spec.get("pipeline"):
                     sock.sendall(frame(opcode, payload_of(message)))
                 got_op, got = read_message(sock)

@@ -664,6 +664,92 @@ def domain_rm(name: str, pattern: str) -> None:
     out.print(f"removed from {name}: {pattern}")
 
 
+# ---- runtime grants (the policy API's) --------------------------------------------------------
+
+def _grants_group() -> click.Group:
+    @click.group("grants")
+    @click.argument("name", shell_complete=complete_cages)
+    @click.pass_context
+    def group(ctx: click.Context, name: str) -> None:
+        """Cage NAME's runtime grants: what its agent asked for through the policy API
+        (https://agentcage.local) and was given for a while. Revoking one cuts the
+        connections opened under it."""
+        ctx.obj = name
+
+    @group.command("list")
+    @click.option("--pending", is_flag=True, help="only requests waiting for an answer")
+    @JSON_FLAG
+    @click.pass_obj
+    def grants_list(name: str, pending: bool, as_json: bool) -> None:
+        """Grants in force and recent requests (what was asked, by whom decided, why)."""
+        from agentcage import grants as operator
+        from agentcage.output import document, grants_lines
+
+        doc = operator.listing(_service()._existing(name))
+        if pending:
+            doc = {"grants": [], "requests": [r for r in doc["requests"]
+                                              if r.get("status") == "pending"]}
+        if as_json:
+            _emit(document("grants", cage=name, **doc))
+            return
+        out.print(grants_lines(doc))
+
+    def change(op: str, doc: str, target_help: str):
+        @click.argument("target", metavar=target_help)
+        @click.pass_obj
+        def command(name: str, target: str) -> None:
+            from agentcage import grants as operator
+
+            svc = _service()
+            result = operator.change(svc, svc._existing(name), op, target)
+            out.print(_said(op, target, result), markup=False)
+
+        command.__doc__ = doc
+        return command
+
+    group.command("approve")(change("approve", "Grant a pending request (within the "
+                                    "cage's policy_api.grantable).", "ID"))
+    group.command("deny")(change("deny", "Deny a pending request.", "ID"))
+    group.command("revoke")(change("revoke", "End a grant now, and cut every connection "
+                                   "opened under it.", "DOMAIN|ID"))
+
+    @group.command("promote")
+    @click.argument("domain")
+    @click.pass_obj
+    def promote(name: str, domain: str) -> None:
+        """Make a grant lasting: its domain joins the cage's domain list (as `domain add`,
+        kept by `cage update`) and the grant ends without cutting anything."""
+        from agentcage import grants as operator
+
+        svc = _service()
+        result = operator.promote(svc, svc._existing(name), domain)
+        out.print(f"cage {name}: {result['promoted']} is in the domain list now", markup=False)
+
+    @group.command("sync")
+    @click.pass_obj
+    def sync(name: str) -> None:
+        """Drop what expired now (grants, unanswered requests) rather than at the next tick."""
+        from agentcage import grants as operator
+
+        svc = _service()
+        result = operator.change(svc, svc._existing(name), "sync")
+        out.print(f"cage {name}: {result.get('grants', 0)} grant(s) in force", markup=False)
+
+    return group
+
+
+def _said(op: str, target: str, result: dict) -> str:
+    if op in ("approve", "deny"):
+        req = result.get("request", {})
+        return f"request {target}: {req.get('status')} ({req.get('domain')})"
+    ended = result.get("revoked", [])
+    return f"revoked: {', '.join(g['domain'] for g in ended) or 'nothing'}"
+
+
+cage.add_command(_grants_group())
+cli.add_command(_grants_group())
+
+
 # ---- doctor -----------------------------------------------------------------------------------
 
 @cli.command()

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentcage.addresses import is_public, parse_ip
+from agentcage.reserved import POLICY_API
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _DASHED_V4 = re.compile(r"(?:^|[^0-9])(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:$|[^0-9])")
@@ -137,6 +138,9 @@ def parse_pattern(text: str) -> DomainPattern:
         raise DomainPatternError("not a valid host name; use letters, digits, '-' and '.'")
     if (addr := encoded_private_ip(name)) is not None:
         raise DomainPatternError(f"the name encodes the private address {addr}; refused")
+    if name == POLICY_API or (wildcard and POLICY_API.endswith("." + name)):
+        raise DomainPatternError(f"{POLICY_API} is the cage's policy API, answered by its "
+                                 "gateway: never a destination")
     if wildcard and is_public_suffix(name):
         raise DomainPatternError(
             f"*.{name} covers a whole public suffix; "

@@ -95,3 +95,33 @@ def doctor_document(results: list[Any]) -> dict[str, Any]:
         checks=[{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix or None}
                 for c in results],
     )
+
+
+def _grants(doc: dict[str, Any], width: int) -> list[Text]:
+    lines: list[Text] = []
+    if doc["grants"]:
+        lines.append(record([Cell("GRANT", 16), Cell("EXPIRES", 19), Cell("BY", 6)], "DOMAIN"))
+        lines[-1].stylize("bold")
+        for g in doc["grants"]:
+            lines.append(record([Cell(str(g.get("id")), 16),
+                                 Cell(_expiry(g.get("expires_at")), 19),
+                                 Cell(str(g.get("decided_by")), 6)], str(g.get("domain"))))
+    else:
+        lines.append(Text("no grants in force"))
+    if doc["requests"]:
+        lines.append(record([Cell("REQUEST", 16), Cell("STATUS", 8), Cell("BY", 7)], "DOMAIN"))
+        lines[-1].stylize("bold")
+        for r in doc["requests"]:
+            status = str(r.get("status"))
+            style = {"granted": "green", "denied": "red"}.get(status, "yellow")
+            lines.append(record([Cell(str(r.get("id")), 16), Cell(status, 8, style),
+                                 Cell(str(r.get("decided_by") or "-"), 7)],
+                                str(r.get("domain"))))
+            lines += wrapped(f"asked: {r.get('reason', '')}", width, indent=2)
+            if r.get("decision"):
+                lines += wrapped(f"decided: {r['decision']}", width, indent=2)
+    return lines
+
+
+def grants_lines(doc: dict[str, Any]) -> Lines:
+    return Lines(lambda width: _grants(doc, width))

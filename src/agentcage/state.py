@@ -121,6 +121,8 @@ class CageDir:
     upstream_ca = property(lambda self: self.root / "upstream-ca.pem")
     cage_bundle = property(lambda self: self.root / "cage-ca-bundle.pem")
     owner = property(lambda self: self.root / "owner.pid")  # a run's cage: its `run`'s pid
+    grants = property(lambda self: self.root / "grants.json")  # written by the gateway only
+    control = property(lambda self: self.root / "control")  # the operator's requests to it
 
     def exists(self) -> bool:
         return self.config.exists()

@@ -90,8 +90,10 @@ def test_blocked_name_gets_403_json_and_audit(cage):
     body, status = r.stdout.rsplit(" ", 1)
     assert status == "403"
     doc = json.loads(body)
+    ask = doc.pop("how_to_ask")  # the policy API (on by default): how to ask for it
     assert doc == {"blocked": True, "reason": "not in allowlist", "host": "blocked.example.test",
                    "by": "domain"}
+    assert ask.startswith("to ask for it: POST https://agentcage.local/v1/allowlist/requests")
     assert not cage.net.received(c)
     recs = records_for(cage, "blocked.example.test", f"/{c}")
     assert [x["decision"] for x in recs] == ["blocked"]

@@ -37,7 +37,7 @@ def world():
     needs_root()
     from fakenet import FakeInternet
 
-    names = {"api.anthropic.com": None, "api.openai.com": None}
+    names = {"api.anthropic.com": None, "api.openai.com": None, "registry.npmjs.org": None}
     with FakeInternet(extra_names=names, catch_all=False) as net:
         yield net
 
@@ -154,3 +154,40 @@ def test_verify_scores_a_started_scaffold_cage_at_most_8(on_host, world, scaffol
     if scaffold == "claude-code":  # seeded, read, and no login file: it holds no key
         assert files["~/.claude.json"]["readable"] is True
         assert files["~/.claude.json"]["holds_token"] is False
+
+
+@pytest.mark.netns
+def test_claude_code_asks_the_cage_for_a_registry_and_gets_only_what_may_be_granted(
+        on_host, world):
+    """The policy API as an agent meets it: the real Claude Code, told by its model to run
+    curl with its own shell tool, lists what it may ask for, asks for the npm registry (which
+    its scaffold's rules grant) and uses it, and asks for a host the ceiling does not name."""
+    agent = AGENTS["claude-code"]
+    assert installed(agent), f"{agent.binary} is not installed: run scripts/setup.sh"
+    api = "https://agentcage.local/v1"
+    ask = ("curl -sS -X POST " + api + "/allowlist/requests -d "
+           "'{\"domain\": \"%s\", \"reason\": \"%s\"}' > /workspace/%s")
+    world.reset_records()
+    world.script_model([
+        {"shell": f"curl -sS {api}/allowlist > /workspace/allowlist.json"},
+        {"shell": ask % ("registry.npmjs.org", "install the dependencies of the project",
+                         "asked.json")},
+        {"shell": "curl -sS -o /dev/null -w '%{http_code}' "
+                  "https://registry.npmjs.org/left-pad > /workspace/used.txt"},
+        {"shell": ask % (EXFIL_HOST, "upload the results", "denied.json")},
+        {"say": "done"},
+    ])
+    project = on_host.create_from_scaffold(world, "ask-cc", "claude-code")
+    r = on_host("secret", "set", "ask-cc", agent.key_env, stdin=fake_key(agent) + "\n")
+    assert r.returncode == 0, r.stderr
+    run = on_host("exec", "ask-cc", "--", *agent.command, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    listed = json.loads((project / "allowlist.json").read_text())
+    assert "registry.npmjs.org" in listed["requestable"]["grantable"]
+    asked = json.loads((project / "asked.json").read_text())
+    assert (asked["status"], asked["decided_by"]) == ("granted", "rules"), asked
+    assert (project / "used.txt").read_text() == "200"
+    assert any(q["host"] == "registry.npmjs.org" for q in world.http_requests())
+    denied = json.loads((project / "denied.json").read_text())
+    assert (denied["status"], denied["decided_by"]) == ("denied", "ceiling"), denied
+    assert not [q for q in world.http_requests() if EXFIL_HOST in q["host"]]

@@ -305,6 +305,8 @@ class NamespaceBackend:
             secrets_path=str(secrets_path),
             reload_ack_path=str(cage_secrets.reload_ack_path(cage)),
             capture_path=str(cage.capture),
+            grants_path=str(cage.grants),
+            control_dir=str(cage.control),
         )
         # The firewall is loaded into the gateway's namespace while the links are made (it
         # names the cage's interface, which need not exist yet); both are in place before

@@ -32,7 +32,121 @@ FORMS['claude-code'] = {'name': '__NAME__',
                                       'seed_files': {'/home/agent/.claude.json': {'merge': {'hasCompletedOnboarding': True,
                                                                                             'projects': {'/workspace': {'hasTrustDialogAccepted': True}},
                                                                                             'customApiKeyResponses': {'approved': ['${placeholder:ANTHROPIC_API_KEY:last20}']}},
-                                                                                  'text': None}}},
+                                                                                  'text': None},
+                                                     '/home/agent/.claude/CLAUDE.md': {'merge': None,
+                                                                                       'text': 'You '
+                                                                                               'run '
+                                                                                               'in '
+                                                                                               'an '
+                                                                                               'agentcage '
+                                                                                               'cage: '
+                                                                                               'your '
+                                                                                               'only '
+                                                                                               'way '
+                                                                                               'out '
+                                                                                               'is '
+                                                                                               'its '
+                                                                                               'gateway, '
+                                                                                               'which '
+                                                                                               'allows '
+                                                                                               'a '
+                                                                                               'few\n'
+                                                                                               'hosts '
+                                                                                               'and '
+                                                                                               'refuses '
+                                                                                               'the '
+                                                                                               'rest '
+                                                                                               '(a '
+                                                                                               '403 '
+                                                                                               'whose '
+                                                                                               'JSON '
+                                                                                               'says '
+                                                                                               'why). '
+                                                                                               'To '
+                                                                                               'reach '
+                                                                                               'another '
+                                                                                               'host, '
+                                                                                               'ask '
+                                                                                               'for\n'
+                                                                                               'it '
+                                                                                               'and '
+                                                                                               'say '
+                                                                                               'why '
+                                                                                               'the '
+                                                                                               'task '
+                                                                                               'needs '
+                                                                                               'it:\n'
+                                                                                               '\n'
+                                                                                               '    '
+                                                                                               'curl '
+                                                                                               '-sS '
+                                                                                               'https://agentcage.local/v1/allowlist    '
+                                                                                               '# '
+                                                                                               'what '
+                                                                                               'you '
+                                                                                               'may '
+                                                                                               'reach, '
+                                                                                               'and '
+                                                                                               'may '
+                                                                                               'ask '
+                                                                                               'for\n'
+                                                                                               '    '
+                                                                                               'curl '
+                                                                                               '-sS '
+                                                                                               '-X '
+                                                                                               'POST '
+                                                                                               'https://agentcage.local/v1/allowlist/requests '
+                                                                                               '\\\n'
+                                                                                               '         '
+                                                                                               '-d '
+                                                                                               '\'{"domain": '
+                                                                                               '"HOST", '
+                                                                                               '"reason": '
+                                                                                               '"WHY", '
+                                                                                               '"ttl_seconds": '
+                                                                                               "600}'\n"
+                                                                                               '\n'
+                                                                                               'The '
+                                                                                               'answer '
+                                                                                               'is '
+                                                                                               'granted, '
+                                                                                               'denied, '
+                                                                                               'or '
+                                                                                               'pending '
+                                                                                               '(a '
+                                                                                               'person '
+                                                                                               'decides: '
+                                                                                               'wait '
+                                                                                               'for '
+                                                                                               'it '
+                                                                                               'with\n'
+                                                                                               '`curl '
+                                                                                               '-sS '
+                                                                                               "'https://agentcage.local/v1/allowlist/requests/ID?wait=60'`). "
+                                                                                               'The '
+                                                                                               'refusals\n'
+                                                                                               'you '
+                                                                                               'met '
+                                                                                               'are '
+                                                                                               'at '
+                                                                                               'https://agentcage.local/v1/denials. '
+                                                                                               'Do '
+                                                                                               'not '
+                                                                                               'look '
+                                                                                               'for '
+                                                                                               'other '
+                                                                                               'ways '
+                                                                                               'past '
+                                                                                               'the\n'
+                                                                                               'gateway: '
+                                                                                               'there '
+                                                                                               'are '
+                                                                                               'none, '
+                                                                                               'and '
+                                                                                               'every '
+                                                                                               'attempt '
+                                                                                               'is '
+                                                                                               'recorded.\n'}}},
                         'domains': {'mode': 'allowlist',
                                     'allow': ['api.anthropic.com'],
                                     'block': [],
@@ -84,6 +198,16 @@ FORMS['claude-code'] = {'name': '__NAME__',
                                     'max_files': 5,
                                     'include_domains': [],
                                     'exclude_domains': []},
+                        'policy_api': {'enable': True,
+                                       'grantable': ['registry.npmjs.org',
+                                                     'pypi.org',
+                                                     'files.pythonhosted.org'],
+                                       'max_ttl_seconds': 3600,
+                                       'max_grants': 32,
+                                       'deciders': ['rules'],
+                                       'human_timeout_seconds': 300.0,
+                                       'requests_per_second': 1.0,
+                                       'burst': 5},
                         'dns_servers': [],
                         'logging': {'level': 'warning'},
                         'gateway': {'uplink': 'host',
@@ -150,7 +274,96 @@ FORMS['codex'] = {'name': '__NAME__',
                                                                                           '[projects."/workspace"]\n'
                                                                                           'trust_level '
                                                                                           '= '
-                                                                                          '"trusted"\n'}}},
+                                                                                          '"trusted"\n'},
+                                               '/home/agent/.codex/AGENTS.md': {'merge': None,
+                                                                                'text': 'You run '
+                                                                                        'in an '
+                                                                                        'agentcage '
+                                                                                        'cage: '
+                                                                                        'your '
+                                                                                        'only way '
+                                                                                        'out is '
+                                                                                        'its '
+                                                                                        'gateway, '
+                                                                                        'which '
+                                                                                        'allows a '
+                                                                                        'few\n'
+                                                                                        'hosts '
+                                                                                        'and '
+                                                                                        'refuses '
+                                                                                        'the rest '
+                                                                                        '(a 403 '
+                                                                                        'whose '
+                                                                                        'JSON '
+                                                                                        'says '
+                                                                                        'why). To '
+                                                                                        'reach '
+                                                                                        'another '
+                                                                                        'host, '
+                                                                                        'ask for\n'
+                                                                                        'it and '
+                                                                                        'say why '
+                                                                                        'the task '
+                                                                                        'needs '
+                                                                                        'it:\n'
+                                                                                        '\n'
+                                                                                        '    curl '
+                                                                                        '-sS '
+                                                                                        'https://agentcage.local/v1/allowlist    '
+                                                                                        '# what '
+                                                                                        'you may '
+                                                                                        'reach, '
+                                                                                        'and may '
+                                                                                        'ask for\n'
+                                                                                        '    curl '
+                                                                                        '-sS -X '
+                                                                                        'POST '
+                                                                                        'https://agentcage.local/v1/allowlist/requests '
+                                                                                        '\\\n'
+                                                                                        '         '
+                                                                                        '-d '
+                                                                                        '\'{"domain": '
+                                                                                        '"HOST", '
+                                                                                        '"reason": '
+                                                                                        '"WHY", '
+                                                                                        '"ttl_seconds": '
+                                                                                        "600}'\n"
+                                                                                        '\n'
+                                                                                        'The '
+                                                                                        'answer '
+                                                                                        'is '
+                                                                                        'granted, '
+                                                                                        'denied, '
+                                                                                        'or '
+                                                                                        'pending '
+                                                                                        '(a '
+                                                                                        'person '
+                                                                                        'decides: '
+                                                                                        'wait for '
+                                                                                        'it with\n'
+                                                                                        '`curl '
+                                                                                        '-sS '
+                                                                                        "'https://agentcage.local/v1/allowlist/requests/ID?wait=60'`). "
+                                                                                        'The '
+                                                                                        'refusals\n'
+                                                                                        'you met '
+                                                                                        'are at '
+                                                                                        'https://agentcage.local/v1/denials. '
+                                                                                        'Do not '
+                                                                                        'look for '
+                                                                                        'other '
+                                                                                        'ways '
+                                                                                        'past '
+                                                                                        'the\n'
+                                                                                        'gateway: '
+                                                                                        'there '
+                                                                                        'are '
+                                                                                        'none, '
+                                                                                        'and '
+                                                                                        'every '
+                                                                                        'attempt '
+                                                                                        'is '
+                                                                                        'recorded.\n'}}},
                   'domains': {'mode': 'allowlist',
                               'allow': ['api.openai.com'],
                               'block': [],
@@ -197,6 +410,16 @@ FORMS['codex'] = {'name': '__NAME__',
                               'max_files': 5,
                               'include_domains': [],
                               'exclude_domains': []},
+                  'policy_api': {'enable': True,
+                                 'grantable': ['registry.npmjs.org',
+                                               'pypi.org',
+                                               'files.pythonhosted.org'],
+                                 'max_ttl_seconds': 3600,
+                                 'max_grants': 32,
+                                 'deciders': ['rules'],
+                                 'human_timeout_seconds': 300.0,
+                                 'requests_per_second': 1.0,
+                                 'burst': 5},
                   'dns_servers': [],
                   'logging': {'level': 'warning'},
                   'gateway': {'uplink': 'host',
@@ -265,6 +488,14 @@ FORMS['minimal'] = {'name': '__NAME__',
                                 'max_files': 5,
                                 'include_domains': [],
                                 'exclude_domains': []},
+                    'policy_api': {'enable': True,
+                                   'grantable': [],
+                                   'max_ttl_seconds': 3600,
+                                   'max_grants': 32,
+                                   'deciders': ['rules'],
+                                   'human_timeout_seconds': 300.0,
+                                   'requests_per_second': 1.0,
+                                   'burst': 5},
                     'dns_servers': [],
                     'logging': {'level': 'warning'},
                     'gateway': {'uplink': 'host',

@@ -26,6 +26,7 @@ from agentcage.config.spec import CageSpec
 from agentcage.config.syntax import is_named_volume, parse_size, parse_tmpfs, parse_volume
 from agentcage.domains import DomainPattern, parse_pattern
 from agentcage.gateway.capture import CaptureSettings
+from agentcage.gateway.control.settings import PolicyApiSettings
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
 from agentcage.names import NAME_RE
@@ -33,6 +34,7 @@ from agentcage.names import NAME_RE
 # Defaults of what the gateway enforces are declared once, by the gateway's own settings types;
 # this schema validates cage.yaml and takes them from there.
 _GW, _ENTROPY, _CAPTURE = GatewaySettings, EntropySettings(), CaptureSettings()
+_POLICY_API = PolicyApiSettings()
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 AGENT_HOME = "/home/agent"  # the cage's home directory (a tmpfs of its own at every command,
@@ -342,6 +344,37 @@ class Capture(Strict):
     exclude_domains: list[Pattern] = Field(default_factory=list)
 
 
+def _grantable(value: str) -> str:
+    from agentcage.domains import parse_pattern
+    from agentcage.reserved import never_granted
+
+    pattern = parse_pattern(value)
+    if (why := never_granted(pattern.name, wildcard=pattern.wildcard)) is not None:
+        raise ValueError(f"{value} is never granted at run time ({why}); an operator who "
+                         "needs it lists it in domains.allow")
+    return str(pattern)
+
+
+Decider = Literal["rules", "human"]
+_DECIDERS: tuple[Decider, ...] = ("rules",)  # as PolicyApiSettings.deciders
+
+
+class PolicyApi(Strict):
+    """The policy API at agentcage.local: the agent lists what it may reach and asks for more;
+    `grantable` is the ceiling of what may be granted without the operator."""
+
+    enable: bool = _POLICY_API.enable
+    grantable: list[Annotated[str, AfterValidator(_grantable)]] = Field(default_factory=list)
+    max_ttl_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = _POLICY_API.max_ttl_seconds
+    max_grants: Annotated[int, Field(ge=1, le=10_000)] = _POLICY_API.max_grants
+    deciders: list[Decider] = Field(default_factory=lambda: list(_DECIDERS), min_length=1)
+    human_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = (
+        _POLICY_API.human_timeout_seconds)
+    requests_per_second: Annotated[float, Field(gt=0, le=10_000)] = (
+        _POLICY_API.requests_per_second)
+    burst: Annotated[int, Field(ge=1, le=10_000)] = _POLICY_API.burst
+
+
 class Logging(Strict):
     # how much the gateway writes to gateway.log (the audit log is always complete)
     level: Literal["debug", "info", "warning", "error"] = "warning"
@@ -375,6 +408,7 @@ class CageConfig(Strict):
     inspectors: list[CustomInspector] = Field(default_factory=list)
     agents: Agents = Field(default_factory=Agents)
     capture: Capture = Field(default_factory=Capture)
+    policy_api: PolicyApi = Field(default_factory=PolicyApi)
     dns_servers: list[Annotated[str, AfterValidator(syntax.ip)]] = Field(default_factory=list)
     logging: Logging = Field(default_factory=Logging)
     gateway: Gateway = Field(default_factory=Gateway)

@@ -99,6 +99,7 @@ class CageSpec:
             content_type=_present(doc["content_type"]),
             inspectors=tuple(dict(i) for i in doc["inspectors"]),
             capture=dict(doc["capture"]),
+            policy_api=dict(doc["policy_api"]),
         )
         return cls(
             document=doc,

@@ -39,6 +39,8 @@ from agentcage.gateway import connections
 from agentcage.gateway.armour import Armour
 from agentcage.gateway.audit import AuditRecord, say
 from agentcage.gateway.capture import CaptureLog
+from agentcage.gateway.control.api import how_to_ask, is_api_flow
+from agentcage.gateway.control.grants import Grants
 from agentcage.gateway.decoding import DecodeError, decode_all
 from agentcage.gateway.destination import (
     Gate,
@@ -67,6 +69,8 @@ from agentcage.secrets.inject import Injector
 from agentcage.secrets.redact import Redactor
 
 __all__ = ["Armour", "CageAddon", "split_host_header"]
+
+ASKABLE = ("connect", "domain")  # refusals of a name, which the policy API may grant
 
 def _guarded(stage: str):
     """Wrap a flow hook: an unexpected exception blocks the flow and is audited (fail closed)."""
@@ -104,8 +108,12 @@ class CageAddon:
         capture: CaptureLog | None = None,
         first_byte_timeout: float = GatewaySettings.first_byte_timeout_seconds,
         idle_timeout: float = GatewaySettings.idle_timeout_seconds,
+        grants: Grants | None = None,
     ):
+        """`grants`: the runtime grants (control/grants.py), whose scope this addon holds
+        requests to and whose connections it tracks; None without a policy API."""
         self.policy = policy
+        self.grants = grants
         self.records = FlowAudit(audit)
         self.armour = Armour(tuple(chain), injector or Injector((), ()), redactor or Redactor(()))
         self.max_body = max_body
@@ -148,16 +156,22 @@ class CageAddon:
 
     @_guarded("http_connect")
     def http_connect(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error:
+        if flow.response or flow.error or is_api_flow(flow):
             return
         host, port = host_name(flow.request.host) or "", flow.request.port
         if (why := self.gate.refusal(host, port)) is not None:
             self._refuse(flow, why, "connect", host=host)
             self._finish_capture(flow)
+            return
+        try:
+            self._under_grant(flow, host, port, None)
+        except Refusal as r:
+            self._refuse(flow, r.reason, r.by, r.status, host=host)
+            self._finish_capture(flow)
 
     @_guarded("requestheaders")
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error or flow.request.method == "CONNECT":
+        if flow.response or flow.error or flow.request.method == "CONNECT" or is_api_flow(flow):
             return
         st = state(flow)
         try:
@@ -167,6 +181,7 @@ class CageAddon:
                 raise RuntimeError("injected fault")
             if (why := self.gate.port_refusal(port)) is not None:
                 raise Refusal(why, "ports")
+            self._under_grant(flow, name, port, flow.request)
             if not self.limiter.allow(name):
                 raise Refusal("rate limit exceeded", "rate_limit", status=429)
             if (blocker := self._inspect(flow, "headers")) is not None:
@@ -182,7 +197,7 @@ class CageAddon:
 
     @_guarded("request")
     def request(self, flow: http.HTTPFlow) -> None:
-        if flow.response or flow.error or flow.request.method == "CONNECT":
+        if flow.response or flow.error or flow.request.method == "CONNECT" or is_api_flow(flow):
             return
         st = state(flow)
         assert st.target is not None
@@ -334,6 +349,22 @@ class CageAddon:
 
     # ---- steps ---------------------------------------------------------------------------
 
+    def _under_grant(self, flow: http.HTTPFlow, name: str, port: int,
+                     request: http.Request | None) -> None:
+        """When `name` is reachable by a runtime grant alone: hold the request to the grant's
+        scope (Refusal), and track the connection, which is cut when the grant ends."""
+        if self.grants is None:
+            return
+        grant = self.grants.grant_of(self.policy().decide(name, self.clock()).rule)
+        if grant is None:
+            return
+        if request is not None and not grant.scope.allows(request.method, request.path, port):
+            raise Refusal(f"outside the scope of grant {grant.id} ({grant.scope.describe()})",
+                          "grant")
+        if request is None and grant.scope.ports and port not in grant.scope.ports:
+            raise Refusal(f"port {port} is outside the scope of grant {grant.id}", "grant")
+        self.grants.track(grant, flow.client_conn)
+
     def _inspect(self, flow: http.HTTPFlow, phase: Phase, body: bytes | None = None,
                  armour: Armour | None = None) -> Decision | None:
         st = state(flow)
@@ -350,9 +381,12 @@ class CageAddon:
 
     def _refuse(self, flow: http.HTTPFlow, reason: str, by: str, status: int = 403,
                 host: str | None = None) -> None:
-        """Answer for the upstream (it is never asked) and audit the refusal."""
+        """Answer for the upstream (it is never asked) and audit the refusal; a name the
+        policy refused says how to ask for it, when the cage has a policy API."""
         shown = host or host_name(flow.request.host) or ""
-        flow.response = blocked_response(status, reason, shown, by)
+        ask = (how_to_ask(shown) if self.grants is not None and by in ASKABLE and shown
+               else None)
+        flow.response = blocked_response(status, reason, shown, by, ask)
         self.records.request(flow, Verdict("blocked", reason, by), status=status, host=host,
                              must=False)
 

@@ -119,6 +119,9 @@ class AuditLog:
     def __init__(self, path: Path, mask: Mask | None = None):
         self.path = Path(path)
         self._mask = mask
+        # Told of every record once it is written, as written (masked): the policy API's
+        # recent refusals (control/denials.py). Must be quick and must not raise.
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
                            0o600)
         self._lock = threading.Lock()
@@ -130,11 +133,11 @@ class AuditLog:
         """Write `record` whole, or raise AuditUnavailable having written nothing."""
         with self._lock:
             try:
-                line = self._encode(record)
+                doc = self._encode(record)
                 if self._lost:
                     self._append(self._outage_line(record.ts))
                     self._lost, self._lost_since = 0, None
-                self._append(line)
+                self._append((json.dumps(doc, separators=(",", ":")) + "\n").encode())
             except OSError as e:
                 self._lost += 1
                 if self._lost_since is None:
@@ -142,10 +145,16 @@ class AuditLog:
                 self._lost_why = f"{type(e).__name__}: {e.strerror or e}"
                 raise AuditUnavailable(e.errno or errno.EIO,
                                        f"audit log not writable ({self._lost_why})") from e
+        for observe in self.observers:
+            with contextlib.suppress(Exception):  # an observer never undoes a written record
+                observe(doc)
 
-    def _encode(self, record: AuditRecord) -> bytes:
+    def _encode(self, record: AuditRecord) -> dict[str, Any]:
+        """The record as it is written (masked, clipped), and made sure to encode."""
         try:
-            return encode(record, self._mask)
+            doc = record.to_dict(self._mask)
+            json.dumps(doc)
+            return doc
         except Exception as e:  # a record that cannot be made safe to keep is not kept
             raise OSError(errno.EINVAL, f"record not encodable: {e}") from e
 

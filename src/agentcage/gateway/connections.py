@@ -9,6 +9,7 @@ them there is what a layer's CloseConnection would do.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -51,3 +52,18 @@ def transport(flow: Any, which: str) -> Any:
     io = handler.transports.get(conn)
     writer = getattr(io, "writer", None) if io is not None else None
     return getattr(writer, "transport", None)
+
+
+def cut(clients: Iterable[Any]) -> int:
+    """Close every connection of each client connection (its own and those made upstream for
+    it): what a revoked grant was used through. How many clients were still connected."""
+    count = 0
+    for client in list(clients):
+        handler = handler_of(client)
+        if handler is None:
+            continue
+        for conn in list(handler.transports):
+            with contextlib.suppress(Exception):
+                handler.close_connection(conn)
+        count += 1
+    return count

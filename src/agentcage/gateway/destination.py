@@ -16,6 +16,7 @@ from mitmproxy.proxy.mode_specs import TransparentMode
 
 from agentcage.addresses import parse_ip
 from agentcage.policy import Policy
+from agentcage.reserved import is_policy_api
 
 
 class Refusal(Exception):
@@ -99,6 +100,8 @@ class Gate:
     def refusal(self, host: str, port: int) -> str | None:
         if parse_ip(host) is not None:
             return "IP literal"
+        if is_policy_api(host):  # answered by the gateway itself, for the cage alone
+            return f"{host} is the cage's policy API: never dialled"
         if (why := self.port_refusal(port)) is not None:
             return why
         verdict = self.policy().decide(host, self.clock())

@@ -17,14 +17,18 @@ import time
 from pathlib import Path
 
 from agentcage.addresses import UpstreamAddressRule
-from agentcage.gateway import obituary
+from agentcage.gateway import connections, obituary
 from agentcage.gateway import resolver as dns
 from agentcage.gateway.addon import CageAddon
 from agentcage.gateway.armour import Armour
-from agentcage.gateway.audit import AuditLog, AuditRecord
+from agentcage.gateway.audit import AuditLog, AuditRecord, say
 from agentcage.gateway.auditmask import CredentialMask
 from agentcage.gateway.ca import install_ca, make_ca
 from agentcage.gateway.capture import CaptureLog
+from agentcage.gateway.control.api import PolicyApi
+from agentcage.gateway.control.channel import OperatorChannel
+from agentcage.gateway.control.denials import Denials
+from agentcage.gateway.control.grants import Grants, LivePolicy
 from agentcage.gateway.firewall import TABLE
 from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
@@ -34,6 +38,7 @@ from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
 from agentcage.inspect.patterns import load_patterns
 from agentcage.inspect.protocol import Decision
+from agentcage.reserved import POLICY_API
 
 # cage.yaml logging.level -> mitmproxy's log level for gateway.log
 LOG_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
@@ -79,6 +84,20 @@ async def _heartbeat(state_dir: Path, interval: float) -> None:
     while True:
         obituary.heartbeat(state_dir)
         await asyncio.sleep(interval)
+
+
+async def _tick_grants(grants: Grants, channel: OperatorChannel | None,
+                       interval: float = 0.25) -> None:
+    """Four times a second: expire what is due (cutting its connections) and answer the
+    operator's requests (`agentcage cage grants ...`)."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            grants.tick()
+            if channel is not None:
+                channel.poll()
+        except Exception as e:  # the next tick tries again; the failure is said
+            say(f"grants: {type(e).__name__}: {e}")
 
 
 async def _count_drops(audit: AuditLog, interval: float) -> None:
@@ -177,6 +196,14 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
     holder = PolicyHolder(Path(settings.policy_path), audit_log.write_or_say,
                           Path(settings.policy_ack_path) if settings.policy_ack_path else None)
     addresses = UpstreamAddressRule.from_strings(settings.trusted_networks)
+    # The policy API (control/): grants, the policy in force with them, the recent refusals.
+    api_settings = settings.policy_api
+    denials = Denials()
+    audit_log.observers.append(denials.observe)
+    # (grants audit with `write`: one that cannot be recorded is not made)
+    grants = Grants(api_settings, Path(settings.grants_path) if settings.grants_path else None,
+                    audit_log.write, cut=connections.cut) if api_settings.enable else None
+    live = LivePolicy(lambda: holder.current, grants)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
     capture = None
     if settings.capture.enable_har and settings.capture_path:
@@ -186,7 +213,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
                 AuditRecord("capture", "flagged", reason, by="capture")),
         )
     addon = CageAddon(
-        policy=lambda: holder.current,
+        policy=live.current,
         audit=audit_log.write,
         chain=armour.chain,
         injector=armour.injector,
@@ -198,7 +225,11 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         capture=capture,
         first_byte_timeout=settings.first_byte_timeout_seconds,
         idle_timeout=settings.idle_timeout_seconds,
+        grants=grants,
     )
+    api = None if grants is None else PolicyApi(
+        api_settings, grants, live, denials, settings.tcp_ports, settings.cage_name,
+        audit_log.write_or_say)
     _ack(settings, armour, None)
     loop = asyncio.get_running_loop()
     assert isinstance(loop, GatewayEventLoop)
@@ -209,8 +240,9 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         settings.connect_timeout_seconds,
     )
     cage_resolver = dns.CageResolver(
-        settings.gateway_address, lambda: holder.current, audit_log.write,
+        settings.gateway_address, live.current, audit_log.write,
         settings.blocked_dns_answer,
+        served_here=frozenset({POLICY_API}) if api is not None else frozenset(),
     )
     resolver_thread = dns.ResolverThread(cage_resolver, settings.gateway_address,
                                          settings.dns_port)
@@ -223,7 +255,8 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         Path(settings.ready_path).write_text(json.dumps(info))
         print(f"agentcage-gateway ready: {json.dumps(info)}", file=sys.stderr, flush=True)
 
-    master = build_master([addon, _Ready(ready)])
+    # The policy API first: it answers its own flows, which the cage's steps then leave alone.
+    master = build_master([*([api] if api is not None else []), addon, _Ready(ready)])
     master.options.update(
         mode=[
             f"transparent@{settings.gateway_address}:{settings.transparent_port}",
@@ -251,6 +284,10 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         asyncio.create_task(_heartbeat(Path(settings.audit_path).parent,
                                        settings.counter_interval_seconds)),
     ]
+    if grants is not None:
+        channel = (OperatorChannel(Path(settings.control_dir), grants)
+                   if settings.control_dir else None)
+        tasks.append(asyncio.create_task(_tick_grants(grants, channel)))
     try:
         await master.run()
     finally:

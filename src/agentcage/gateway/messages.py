@@ -23,10 +23,14 @@ def content_codings(message: http.Message) -> list[str]:
     return message.headers.get_all("content-encoding")
 
 
-def blocked_response(status: int, reason: str, host: str, by: str) -> http.Response:
+def blocked_response(status: int, reason: str, host: str, by: str,
+                     ask: str | None = None) -> http.Response:
     """The gateway's own answer to a refused request: JSON the client can tell apart from a
-    network failure."""
-    body = json.dumps({"blocked": True, "reason": reason, "host": host, "by": by})
+    network failure; `ask`: how the cage can ask for what was refused (the policy API)."""
+    doc = {"blocked": True, "reason": reason, "host": host, "by": by}
+    if ask:
+        doc["how_to_ask"] = ask
+    body = json.dumps(doc)
     return http.Response.make(
         status, body.encode(), {"Content-Type": "application/json", "X-Agentcage-Blocked": by}
     )

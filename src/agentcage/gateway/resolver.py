@@ -30,11 +30,15 @@ class CageResolver:
         policy: Callable[[], Policy],
         audit: Callable[[AuditRecord], None],
         blocked_answer: str = "sinkhole",
+        served_here: frozenset[str] = frozenset(),
     ):
+        """`served_here`: names the gateway answers itself (the policy API's): answered with
+        its own address, never looked up anywhere."""
         self.gateway_address = gateway_address
         self.policy = policy
         self.audit = audit
         self.blocked_answer = blocked_answer
+        self.served_here = served_here
 
     def answer(self, data: bytes) -> bytes | None:
         """The reply to one wire-format query (None: drop it, it is not DNS)."""
@@ -50,8 +54,11 @@ class CageResolver:
         name = str(question.qname).rstrip(".").lower()
         qtype = QTYPE.get(question.qtype, str(question.qtype))
         try:
-            verdict = self.policy().decide(name)
-            allowed, reason = verdict.allowed, verdict.reason
+            if name in self.served_here:
+                allowed, reason = True, "the cage's policy API (answered by the gateway)"
+            else:
+                verdict = self.policy().decide(name)
+                allowed, reason = verdict.allowed, verdict.reason
         except Exception as e:  # fail closed
             allowed, reason = False, f"resolver error: {type(e).__name__}"
         try:  # audited before it is answered: a query that cannot be audited is refused

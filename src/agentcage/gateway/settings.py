@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from agentcage.gateway.capture import CaptureSettings
+from agentcage.gateway.control.settings import PolicyApiSettings
 from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
 from agentcage.typed import from_mapping
 
@@ -58,11 +59,16 @@ class GatewaySettings:
     inspectors: tuple[dict, ...] = ()  # cage.yaml custom inspectors: {name, config}
     capture: CaptureSettings = field(default_factory=CaptureSettings)
     capture_path: str = ""  # capture.jsonl ("" = none)
+    # The policy API (control/): its settings, grants.json (the gateway alone writes it) and
+    # the operator's request directory ("" = none).
+    policy_api: PolicyApiSettings = field(default_factory=PolicyApiSettings)
+    grants_path: str = ""
+    control_dir: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, kind in (("entropy", EntropySettings), ("content_type", ContentTypeSettings),
-                           ("capture", CaptureSettings)):
+                           ("capture", CaptureSettings), ("policy_api", PolicyApiSettings)):
             object.__setattr__(self, name, from_mapping(kind, getattr(self, name), name))
 
     @property
