@@ -377,8 +377,9 @@ class CageService:
             raise ConfigError(str(e)) from None
         cage = self.store.cage(name)
         if cage.exists():
-            rules = load_config(cage.config).secret_injection
-            if not any(r.env == key for r in rules):
+            config = load_config(cage.config)
+            decider_key = (config.agents.decider.api_key or "").removeprefix("secret:")
+            if not any(r.env == key for r in config.secret_injection) and key != decider_key:
                 raise ConfigError(
                     f"cage {name} has no secret_injection rule for {key}, so it could never be "
                     f"used; add one ({{env: {key}, inject_to: [api.example.com]}}) to cage.yaml "

@@ -65,6 +65,10 @@ async def handle_http(ctx: ServerContext, tls: bool,
                                      port=port, peer=peer, conn=conn)
                     return
                 if models.wants(request):
+                    hang = models.hang_seconds(request, ctx.config.model_script)
+                    if hang is not None:
+                        await asyncio.sleep(min(hang, 120.0))
+                        return  # closed without a byte of an answer
                     writer.write(models.respond(request, ctx.config.model_script))
                     await writer.drain()
                     if not request.keep_alive:

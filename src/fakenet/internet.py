@@ -272,6 +272,15 @@ class FakeInternet:
         self._topology.write_resolv_conf(netns, DNS_ADDRESS)
         return Client(netns, "isolated", None, None, None, None, self.probe_targets_file)
 
+    def script_decider(self, steps: Sequence[Mapping[str, Any]]) -> None:
+        """How the fake model answers the policy API's `llm` decider (fakenet.models): e.g.
+        [{"decide": {"decision": "grant", "reason": "docs"}}], [{"status": 500}],
+        [{"hang": 30}], [{"say": "no tool call"}]."""
+        path = self.workdir / "decider-script.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([dict(s) for s in steps]))
+        tmp.replace(path)
+
     def script_model(self, steps: Sequence[Mapping[str, str]]) -> None:
         """The session the fake model provider plays (fakenet.models): steps such as
         {"shell": "echo hi > f"} (the agent's shell tool runs it) and {"say": "done"}."""

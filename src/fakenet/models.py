@@ -46,8 +46,67 @@ def wants(request: HttpRequest) -> bool:
     return request.method == "POST" and path in (ANTHROPIC_PATH, OPENAI_PATH)
 
 
+# A request that declares the policy API decider's tool is answered from its own script
+# (beside the session's: FakeInternet.script_decider), one behaviour for every call:
+# {"decide": {...}} (the tool call, with that input), {"say": "..."} (a text answer, no tool
+# call), {"status": 500}, {"raw": "..."} (a body that is not JSON), {"hang": seconds}.
+DECIDER_TOOL = "decide"
+DECIDER_SCRIPT = "decider-script.json"
+
+
+def hang_seconds(request: HttpRequest, script_file: str | None) -> float | None:
+    """How long to say nothing before closing, when the decider's script says to hang."""
+    step = _decider_step(request, script_file)
+    return float(step["hang"]) if step is not None and "hang" in step else None
+
+
+def _decider_step(request: HttpRequest, script_file: str | None) -> dict[str, Any] | None:
+    if not script_file or request.method != "POST":
+        return None
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        return None
+    tools = body.get("tools") or [] if isinstance(body, dict) else []
+    if not any(isinstance(t, dict) and t.get("name") == DECIDER_TOOL for t in tools):
+        return None
+    steps = _read_script(str(Path(script_file).with_name(DECIDER_SCRIPT)))
+    return steps[0] if steps else {"say": "no decider script"}
+
+
+def _decider_answer(request: HttpRequest, step: dict[str, Any]) -> bytes:
+    if "status" in step:
+        return _http(int(step["status"]), "application/json", b'{"error": "scripted"}')
+    if "raw" in step:
+        return _http(200, "application/json", str(step["raw"]).encode())
+    anthropic = request.target.split("?", 1)[0] == ANTHROPIC_PATH
+    if "decide" in step:
+        if anthropic:
+            content = [{"type": "tool_use", "id": "toolu_decide", "name": DECIDER_TOOL,
+                        "input": step["decide"]}]
+            doc = {"id": "msg_decide", "type": "message", "role": "assistant",
+                   "model": "fake-model", "content": content, "stop_reason": "tool_use"}
+        else:
+            doc = {"id": "resp_decide", "object": "response", "status": "completed",
+                   "output": [{"type": "function_call", "id": "fc_decide",
+                               "call_id": "call_decide", "name": DECIDER_TOOL,
+                               "arguments": json.dumps(step["decide"])}]}
+    elif anthropic:
+        doc = {"id": "msg_decide", "type": "message", "role": "assistant",
+               "content": [{"type": "text", "text": str(step.get("say", ""))}],
+               "stop_reason": "end_turn"}
+    else:
+        doc = {"id": "resp_decide", "object": "response", "status": "completed",
+               "output": [{"type": "message", "role": "assistant", "content": [
+                   {"type": "output_text", "text": str(step.get("say", ""))}]}]}
+    return _http(200, "application/json", json.dumps(doc).encode())
+
+
 def respond(request: HttpRequest, script_file: str | None) -> bytes:
     """The whole HTTP response to one model request."""
+    decider = _decider_step(request, script_file)
+    if decider is not None:
+        return _decider_answer(request, decider)
     path = request.target.split("?", 1)[0]
     if request.method == "GET":
         if path in HELLO_PATHS:
@@ -72,7 +131,7 @@ def respond(request: HttpRequest, script_file: str | None) -> bytes:
     return _http(200, "text/event-stream", _sse(_openai_events(step, done)))
 
 
-def _read_script(script_file: str | None) -> list[dict[str, str]]:
+def _read_script(script_file: str | None) -> list[dict[str, Any]]:
     if not script_file:
         return []
     try:
@@ -192,7 +251,8 @@ def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> bytes:
 
 
 def _http(status: int, content_type: str, payload: bytes) -> bytes:
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found",
+              500: "Internal Server Error"}.get(status, "Status")
     head = (f"HTTP/1.1 {status} {reason}\r\nServer: fakenet\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: keep-alive\r\n\r\n")
     return head.encode() + payload

@@ -377,3 +377,16 @@ def test_the_models_defaults_are_the_gateways():
     model, settings = PolicyApi().model_dump(), PolicyApiSettings()
     assert {k: tuple(v) if isinstance(v, list) else v for k, v in model.items()} == {
         f: getattr(settings, f) for f in model}
+
+
+@pytest.mark.netns
+def test_each_cage_has_its_own_api_and_grants(cage, world):
+    assert call(cage, "POST", "/v1/allowlist/requests",
+                {"domain": "granted.example.test", "reason": "mine"})[1]["status"] == "granted"
+    for other in start_cage(world, "other", ["allowed.example.test"],
+                            extra=policy(["granted.example.test"])):
+        status, doc = call(other, "GET", "/v1/allowlist")
+        assert status == 200 and doc["requestable"]["grants_in_force"] == 0
+        assert [a["source"] for a in doc["allowed"]] == ["cage.yaml"]
+        assert reach(other, "granted.example.test") == "403"  # the first cage's grant is its own
+        assert reach(cage, "granted.example.test") == "200"  # the control

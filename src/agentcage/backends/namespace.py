@@ -174,8 +174,8 @@ class NamespaceBackend:
                                "install the agent on the host, e.g. `npm install -g`)")
         if container["rootfs"]:
             unsupported.append("container.rootfs")
-        if agents["decider"]["enable"] or agents["watcher"]["enable"]:
-            unsupported.append("agents.decider / agents.watcher (not built yet)")
+        if agents["watcher"]["enable"]:
+            unsupported.append("agents.watcher (not built yet)")
         if unsupported:
             raise BackendError(
                 "the namespace backend cannot enforce: " + ", ".join(unsupported) + "; remove them"

@@ -318,8 +318,27 @@ class LlmAgent(Strict):
     enable: bool = False
     provider: Literal["anthropic", "openai", "openrouter"] = "anthropic"
     model: str | None = None
-    api_key: Annotated[str, Field(pattern=r"^(env|systemd-creds):.+$")] | None = None
-    timeout_seconds: Annotated[float, Field(gt=0)] = 30
+    # secret:NAME: a secret of this cage (`agentcage secret set CAGE NAME`) that no rule
+    # injects, so the cage never holds it; the seed's env: and systemd-creds: are refused
+    api_key: Annotated[str, Field(pattern=r"^(env|systemd-creds|secret):.+$")] | None = None
+    timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 30
+
+
+class Decider(LlmAgent):
+    """The policy API's `llm` decider (policy_api.deciders names it)."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> Decider:
+        if not self.enable:
+            return self
+        if self.provider == "openrouter":
+            raise ValueError("provider openrouter: not built yet; use anthropic or openai")
+        if not self.model:
+            raise ValueError("model: required for the decider (e.g. claude-haiku-4-5)")
+        if not self.api_key or not re.fullmatch(r"secret:[A-Za-z_][A-Za-z0-9_]*", self.api_key):
+            raise ValueError("api_key: write secret:NAME and store the key with `agentcage "
+                             "secret set CAGE NAME` (it stays on the host, and out of the cage)")
+        return self
 
 
 class Watcher(LlmAgent):
@@ -329,7 +348,7 @@ class Watcher(LlmAgent):
 
 
 class Agents(Strict):
-    decider: LlmAgent = Field(default_factory=LlmAgent)
+    decider: Decider = Field(default_factory=Decider)
     watcher: Watcher = Field(default_factory=Watcher)
 
 
@@ -355,8 +374,8 @@ def _grantable(value: str) -> str:
     return str(pattern)
 
 
-Decider = Literal["rules", "human"]
-_DECIDERS: tuple[Decider, ...] = ("rules",)  # as PolicyApiSettings.deciders
+DeciderName = Literal["rules", "llm", "human"]
+_DECIDERS: tuple[DeciderName, ...] = ("rules",)  # as PolicyApiSettings.deciders
 
 
 class PolicyApi(Strict):
@@ -367,7 +386,8 @@ class PolicyApi(Strict):
     grantable: list[Annotated[str, AfterValidator(_grantable)]] = Field(default_factory=list)
     max_ttl_seconds: Annotated[int, Field(ge=60, le=7 * 86400)] = _POLICY_API.max_ttl_seconds
     max_grants: Annotated[int, Field(ge=1, le=10_000)] = _POLICY_API.max_grants
-    deciders: list[Decider] = Field(default_factory=lambda: list(_DECIDERS), min_length=1)
+    deciders: list[DeciderName] = Field(default_factory=lambda: list(_DECIDERS),
+                                        min_length=1)
     human_timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = (
         _POLICY_API.human_timeout_seconds)
     requests_per_second: Annotated[float, Field(gt=0, le=10_000)] = (
@@ -419,6 +439,22 @@ class CageConfig(Strict):
         if not NAME_RE.match(v):
             raise ValueError("use 1-63 of a-z, 0-9 and '-', starting with a letter or digit")
         return v
+
+    @model_validator(mode="after")
+    def _decider(self) -> CageConfig:
+        wanted, enabled = "llm" in self.policy_api.deciders, self.agents.decider.enable
+        if wanted and not enabled:
+            raise ValueError("policy_api.deciders names llm: configure agents.decider (enable: "
+                             "true, provider, model, api_key: secret:NAME)")
+        if enabled and not wanted:
+            raise ValueError("agents.decider is enabled but policy_api.deciders does not name "
+                             "llm: add it where it decides, e.g. [llm, human]")
+        key = (self.agents.decider.api_key or "").removeprefix("secret:")
+        if enabled and any(r.env == key for r in self.secret_injection):
+            raise ValueError(f"agents.decider.api_key: {key} is injected into requests by a "
+                             "secret_injection rule; the decider's key must be a secret of "
+                             "its own")
+        return self
 
     @model_validator(mode="after")
     def _seed_placeholders(self) -> CageConfig:

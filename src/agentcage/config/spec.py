@@ -99,7 +99,7 @@ class CageSpec:
             content_type=_present(doc["content_type"]),
             inspectors=tuple(dict(i) for i in doc["inspectors"]),
             capture=dict(doc["capture"]),
-            policy_api=dict(doc["policy_api"]),
+            policy_api=_policy_api(doc),
         )
         return cls(
             document=doc,
@@ -131,6 +131,18 @@ class CageSpec:
             tcp_ports=tuple(sorted(set(doc["ports"]["tcp"]["allow"]))),
             gateway=settings,
         )
+
+
+def _policy_api(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The gateway's policy API settings: cage.yaml's section, with its `llm` decider from
+    agents.decider."""
+    settings = dict(doc["policy_api"])
+    decider = doc["agents"]["decider"]
+    if decider["enable"]:
+        settings.update(llm_provider=decider["provider"], llm_model=decider["model"],
+                        llm_key=str(decider["api_key"]).removeprefix("secret:"),
+                        llm_timeout_seconds=decider["timeout_seconds"])
+    return settings
 
 
 def _present(section: Mapping[str, Any]) -> dict[str, Any]:

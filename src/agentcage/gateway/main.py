@@ -29,6 +29,7 @@ from agentcage.gateway.control.api import PolicyApi
 from agentcage.gateway.control.channel import OperatorChannel
 from agentcage.gateway.control.denials import Denials
 from agentcage.gateway.control.grants import Grants, LivePolicy
+from agentcage.gateway.control.llm import PROVIDERS, LlmDecider, staged_key, uplink_post
 from agentcage.gateway.firewall import TABLE
 from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
@@ -189,6 +190,23 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
     _ack(settings, armour, None)
 
 
+def _llm_decider(settings: GatewaySettings, uplink: Uplink,
+                 addresses: UpstreamAddressRule) -> LlmDecider | None:
+    """The policy API's `llm` decider, when cage.yaml has one: it reaches its provider alone,
+    over the uplink, checked as every upstream is (llm.py)."""
+    api = settings.policy_api
+    if not api.llm_provider:
+        return None
+    host = PROVIDERS[api.llm_provider][0]
+    connector = UpstreamConnector(
+        UpstreamResolver(settings.dns_servers, uplink), addresses,
+        lambda name, port: None if (name, port) == (host, 443) else "not the decider's provider",
+        settings.connect_timeout_seconds)
+    return LlmDecider(api.llm_provider, api.llm_model,
+                      staged_key(settings.secrets_path, api.llm_key),
+                      uplink_post(connector, settings.upstream_ca_path), api.llm_timeout_seconds)
+
+
 async def serve(settings: GatewaySettings, uplink: Uplink,
                 timings: dict[str, float] | None = None) -> int:
     # credentials the cage tried to send are fingerprinted in it, never kept (auditmask.py)
@@ -202,7 +220,9 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
     audit_log.observers.append(denials.observe)
     # (grants audit with `write`: one that cannot be recorded is not made)
     grants = Grants(api_settings, Path(settings.grants_path) if settings.grants_path else None,
-                    audit_log.write, cut=connections.cut) if api_settings.enable else None
+                    audit_log.write, cut=connections.cut,
+                    llm=_llm_decider(settings, uplink, addresses),
+                    denials=lambda: denials.last(10)) if api_settings.enable else None
     live = LivePolicy(lambda: holder.current, grants)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
     capture = None

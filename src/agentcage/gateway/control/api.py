@@ -124,7 +124,7 @@ class PolicyApi:
         elif path == "/v1/allowlist" and method == "GET":
             self._answer(flow, 200, self._allowlist())
         elif path == "/v1/allowlist/requests" and method == "POST":
-            self._ask(flow, body or b"")
+            await self._ask(flow, body or b"")
         elif path.startswith("/v1/allowlist/requests/") and method == "GET":
             wait = _number(query.get("wait"), 0.0, MAX_WAIT)
             found = await self.grants.wait(path.rsplit("/", 1)[1], wait)
@@ -144,7 +144,7 @@ class PolicyApi:
                 "GET /v1/health", "GET /v1/allowlist", "POST /v1/allowlist/requests",
                 "GET /v1/allowlist/requests/ID?wait=SECONDS", "GET /v1/denials?last=N"]})
 
-    def _ask(self, flow: http.HTTPFlow, body: bytes) -> None:
+    async def _ask(self, flow: http.HTTPFlow, body: bytes) -> None:
         if not self.limiter.allow(POLICY_API):
             self._answer(flow, 429, {"error": "too many requests; wait a second and ask again"},
                          {"Retry-After": "1"})
@@ -164,6 +164,9 @@ class PolicyApi:
         except AlreadyAllowed as e:
             self._answer(flow, 409, {"error": str(e)})
             return
+        if asked.waiting_for == "llm":  # a model call: answered when it is (bounded)
+            asked = await self.grants.wait(asked.id, self.settings.llm_timeout_seconds + 2) \
+                or asked
         self._answer(flow, 202 if asked.status == "pending" else 200, _shown(asked.as_dict()))
 
     def _allowlist(self) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from agentcage.gateway.control.ceiling import (
     Scope,
     requested_pattern,
 )
+from agentcage.gateway.control.llm import DeciderFailed, LlmDecider
 from agentcage.gateway.control.settings import PolicyApiSettings
 from agentcage.policy import Policy
 
@@ -97,6 +98,7 @@ class PolicyRequest:
     decided_at: float | None = None
     grant_id: str | None = None
     expires_at: float | None = None  # its grant's
+    waiting_for: str | None = None  # while pending: the decider (human, llm)
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "domain": self.domain, "reason": self.reason,
@@ -104,7 +106,7 @@ class PolicyRequest:
                 "created_at": self.created_at, "status": self.status,
                 "decided_by": self.decided_by, "decision": self.decision,
                 "decided_at": self.decided_at, "grant_id": self.grant_id,
-                "expires_at": self.expires_at}
+                "expires_at": self.expires_at, "waiting_for": self.waiting_for}
 
 
 @dataclass
@@ -118,8 +120,13 @@ class Grants:
     def __init__(self, settings: PolicyApiSettings, path: Path | None,
                  audit: Callable[[AuditRecord], object],
                  cut: Callable[[Iterable[Any]], int] = lambda conns: 0,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, llm: LlmDecider | None = None,
+                 denials: Callable[[], list[dict[str, Any]]] = list):
+        """`llm`: the `llm` decider (llm.py), when cage.yaml configures one; `denials`: the
+        cage's recent refusals, which that decider is shown."""
         self.settings = settings
+        self.llm, self._denials = llm, denials
+        self._tasks: set[asyncio.Task[None]] = set()
         self.ceiling = Ceiling(settings)
         self.path = path
         self._audit, self._cut, self._clock = audit, cut, clock
@@ -190,14 +197,50 @@ class Grants:
                 self._decide(req, "granted", "rules", "within policy_api.grantable")
                 return req
             if decider == "human":
+                req.waiting_for = "human"
                 self._record(AuditRecord("policy", "flagged", "waiting for the operator "
                                          f"(agentcage cage grants CAGE approve {req.id})",
                                          host=req.domain, by="human",
                                          extra={"request_id": req.id}))
                 self._save()
                 return req
+            if decider == "llm" and self.llm is not None:
+                req.waiting_for = "llm"
+                task = asyncio.get_running_loop().create_task(self._ask_llm(req, self.llm))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return req
         self._decide(req, "denied", "deciders", "no decider granted it")
         return req
+
+    async def _ask_llm(self, req: PolicyRequest, llm: LlmDecider) -> None:
+        """The `llm` decider's answer; its failure, whatever it is, is a denial."""
+        try:
+            verdict = await llm.decide(req.domain, req.reason, req.ttl_seconds,
+                                       req.scope.as_dict(), self._denials())
+        except DeciderFailed as e:
+            verdict = None
+            why = str(e)
+        except Exception as e:  # a defect of ours: still a denial, and said
+            verdict = None
+            why = f"the decider failed ({type(e).__name__})"
+        if req.status != "pending":
+            return  # the operator answered meanwhile
+        if verdict is None:
+            self._decide(req, "denied", "llm", why)
+            return
+        if not verdict.grant:
+            self._decide(req, "denied", "llm", f"the model: {verdict.reason}")
+            return
+        refusal = self.ceiling.refusal(parse_pattern(req.domain))  # still within it?
+        if refusal is None and len(self._grants) >= self.settings.max_grants:
+            refusal = f"the cage holds {self.settings.max_grants} grants already (max_grants)"
+        if refusal is not None:
+            self._decide(req, "denied", "ceiling", refusal)
+            return
+        if verdict.ttl_seconds is not None:
+            req.ttl_seconds = max(1, min(req.ttl_seconds, verdict.ttl_seconds))
+        self._decide(req, "granted", "llm", f"the model: {verdict.reason}")
 
     # ---- the operator -------------------------------------------------------------------
 
@@ -296,6 +339,7 @@ class Grants:
                 grant, status, by = None, "denied", "audit"
                 why = f"the audit log cannot record a grant ({type(e).__name__})"
         req.status, req.decided_by, req.decision, req.decided_at = status, by, why, now
+        req.waiting_for = None
         if grant is not None:
             self._grants[grant.id] = grant
             self.version += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DECIDERS = ("rules", "human")
+DECIDERS = ("rules", "llm", "human")
 
 
 @dataclass(frozen=True)
@@ -20,3 +20,8 @@ class PolicyApiSettings:
     human_timeout_seconds: float = 300.0  # a pending request is denied after this
     requests_per_second: float = 1.0  # requests to the API that change something (POST)
     burst: int = 5
+    # The `llm` decider, from cage.yaml's agents.decider ("" provider: none).
+    llm_provider: str = ""
+    llm_model: str = ""
+    llm_key: str = ""  # the name of the cage's secret that holds its key
+    llm_timeout_seconds: float = 30.0
