@@ -66,9 +66,19 @@ STARTING = (["run"], ["start"], ["restart"], ["cage", "create"], ["cage", "start
             ["cage", "restart"], ["cage", "update"])
 
 
+# Of those, the ones whose next word is a cage's name: one that is no name starts nothing
+NAMED = (["start"], ["restart"], ["cage", "start"], ["cage", "restart"], ["cage", "update"])
+
+
 def starts_a_cage(args: Sequence[str]) -> bool:
     if any(a in ("-h", "--help", "--no-start") for a in args):
         return False
+    for verb in NAMED:  # `start ../x` is refused by the CLI: no zygote for it
+        if list(args[:len(verb)]) == verb:
+            from agentcage.names import NAME_RE
+
+            rest = args[len(verb):]
+            return bool(rest) and NAME_RE.match(rest[0]) is not None
     return any(list(args[:len(verb)]) == verb for verb in STARTING)
 
 

@@ -186,3 +186,22 @@ def _sleeping() -> bool:
             except OSError:
                 continue
     return False
+
+
+@pytest.mark.parametrize(("args", "starts"), [
+    (["start", "web"], True), (["cage", "update", "web", "-c", "x.yaml"], True),
+    (["run", "minimal", "--", "true"], True), (["cage", "create", "-c", "x.yaml"], True),
+    (["start", "../x"], False), (["cage", "restart", "Bad_Name"], False), (["start"], False),
+    (["cage", "create", "-c", "x.yaml", "--no-start"], False), (["ls"], False),
+])
+def test_which_commands_warm_the_gateway_zygote(args, starts):
+    assert lean.starts_a_cage(args) is starts
+
+
+def test_a_name_that_is_refused_starts_no_zygote(home):  # noqa: F811
+    r = _run(home, AGENTCAGE, "start", "../x")
+    assert r.returncode == 1 and "invalid" in r.stderr, r.stderr
+    from agentcage.backends import zygote
+
+    assert zygote.running(home / "home") == []
+    assert not (home / "home" / "zygote").exists()  # none was started, even for a moment

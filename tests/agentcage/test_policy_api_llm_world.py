@@ -18,7 +18,7 @@ from tests.agentcage.conftest import World, needs_root, start_cage
 from tests.agentcage.test_policy_api_world import call, reach
 
 CLI = [sys.executable, "-m", "agentcage.cli"]
-NAMES = ("granted.example.test", "other.example.test", "api.anthropic.com")
+NAMES = ("granted.example.test", "other.example.test", "api.anthropic.com", "api.openai.com")
 DECIDER = """
 policy_api:
   grantable: [granted.example.test, other.example.test]
@@ -54,8 +54,8 @@ def store_key(cage) -> str:
     return key
 
 
-def decider_calls(world) -> list[dict]:
-    return [q for q in world.http_requests() if q["host"] == "api.anthropic.com"
+def decider_calls(world, host: str = "api.anthropic.com") -> list[dict]:
+    return [q for q in world.http_requests() if q["host"] == host
             and b'"decide"' in bytes(q["body"])]
 
 
@@ -147,3 +147,22 @@ def test_the_decider_is_configured_whole_or_refused():
     ):
         with pytest.raises(ConfigError, match=why):
             load_config_text("name: a\n" + text + "\n")
+
+
+@pytest.mark.netns
+def test_an_openai_decider_answers_through_its_forced_function_call(world):
+    for cage in start_cage(world, "llm-openai", ["allowed.example.test"],
+                           extra=DECIDER.replace("provider: anthropic", "provider: openai")):
+        env = {**os.environ, "AGENTCAGE_HOME": str(cage.service.store.root)}
+        key = "sk-proj-" + secrets.token_urlsafe(40)
+        r = subprocess.run([*CLI, "secret", "set", "llm-openai", "DECIDER_KEY"],
+                           input=key + "\n", env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        world.reset_records()
+        world.script_decider([{"decide": {"decision": "grant", "reason": "docs"}}])
+        doc = ask(cage, "granted.example.test")
+        assert (doc["status"], doc["decided_by"]) == ("granted", "llm"), doc
+        (asked,) = decider_calls(world, "api.openai.com")
+        headers = {k.lower(): v for k, v in dict(asked["headers"]).items()}
+        assert headers["authorization"] == f"Bearer {key}"
+        assert json.loads(asked["body"])["tool_choice"] == {"type": "function", "name": "decide"}
