@@ -3,6 +3,8 @@
 Real DNS, HTTP(S) (with a WebSocket echo endpoint at /ws), sink and echo servers in an
 "internet" namespace, clients linked to it (open, blackholed, isolated), and records of
 everything that arrived (WebSocket messages unmasked, so `received()` sees them). Needs root.
+A host name can be given a static site instead of the echo (`net.site_dir(host)`,
+fakenet.sites): fakenet.packages builds an npm registry and a Python index into them.
 
     with FakeInternet() as net:
         client = net.add_client()

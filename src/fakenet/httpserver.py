@@ -2,7 +2,8 @@
 `/download/<size>`, see downloads.py; a compression bomb at `/bomb/<size>`, bombs.py; a server
 that accepts and never answers at `/hang`, hangs.py; one that refuses an upload before its
 body and stops reading at `/discard...?early=<seconds>`, early.py; a model's answer at
-/v1/messages and /v1/responses, models.py), and record every request."""
+/v1/messages and /v1/responses, models.py; a host with a static site, such as a package
+registry, from its files, sites.py), and record every request."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import itertools
 import json
 import ssl
 
-from fakenet import bombs, downloads, early, hangs, models, websocket
+from fakenet import bombs, downloads, early, hangs, models, sites, websocket
 from fakenet.context import ServerContext, chunks, close_quietly, local_port, peer_host, set_nodelay
 from fakenet.httpparse import DISCARDED_HEADER, HttpParseError, HttpRequest, RequestParser
 
@@ -64,6 +65,12 @@ async def handle_http(ctx: ServerContext, tls: bool,
                     await _websocket(ctx, tls, request, parser.leftover(), reader, writer,
                                      port=port, peer=peer, conn=conn)
                     return
+                site = sites.site_of(ctx.config.sites_dir, request)
+                if site is not None:
+                    if not await sites.serve(writer, site, request):
+                        return
+                    continued = False
+                    continue
                 if models.wants(request):
                     hang = models.hang_seconds(request, ctx.config.model_script)
                     if hang is not None:

@@ -157,6 +157,7 @@ class FakeInternet:
                            if self.zone.catch_all else None),
                 cert_file=str(pki.cert), key_file=str(pki.key),
                 model_script=str(self._workdir / "model-script.json"),
+                sites_dir=str(self._workdir / "sites"),
             )
             self._servers.append(server)
             server.start(self._start_timeout)
@@ -288,6 +289,18 @@ class FakeInternet:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps([dict(s) for s in steps]))
         tmp.replace(path)
+
+    def site_dir(self, host: str) -> Path:
+        """The directory `host` is served from (fakenet.sites), made empty if it was not there:
+        whatever is written into it is served at once, e.g. a registry from fakenet.packages.
+        The host must be one of the zone's names, so that it resolves and the test CA's
+        certificate covers it."""
+        if host not in self.zone.names:
+            raise FakeNetError(f"{host} is not a name of this fake internet: add it to "
+                               "extra_names")
+        site = self.workdir / "sites" / host
+        site.mkdir(parents=True, exist_ok=True)
+        return site
 
     # --- what the servers saw -----------------------------------------------------------------
 

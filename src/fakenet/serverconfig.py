@@ -38,6 +38,7 @@ class ServerConfig:
     sink_idle_timeout: float = 2.0
     http_idle_timeout: float = 30.0
     model_script: str | None = None  # the fake model provider's session (models.py)
+    sites_dir: str | None = None  # static sites by host name (sites.py)
 
     @property
     def error_file(self) -> Path:

@@ -15,7 +15,7 @@ def test_defaults_follow_the_seed():
     assert c.container.no_new_privileges is True
     assert c.ports.tcp.allow == [80, 443]
     assert c.ports.udp.allow == [] and c.ports.icmp.allow is False
-    assert c.rate_limit.requests_per_second == 10 and c.rate_limit.burst == 50
+    assert c.rate_limit.requests_per_second == 200 and c.rate_limit.burst == 2000
     assert c.max_request_body == 10 * 1024 * 1024
     assert c.domains.mode is None  # no mode: deny everything
     assert c.gateway.uplink == "host"

@@ -10,6 +10,7 @@ import base64
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -196,6 +197,39 @@ print(json.dumps({{"body": json.loads(body), "unverified": unverified}}))""")
     assert request["tls"] is True and request["sni"] == "api.example.test"
     assert request["body"] == b"payload-123"
     assert request["headers"]["content-length"] == "11"
+
+
+def test_a_site_is_served_over_https_and_other_hosts_keep_the_echo(fresh: FakeInternet,
+                                                                  client: Client) -> None:
+    site = fresh.site_dir("pypi.org")
+    (site / "simple" / "demo").mkdir(parents=True)
+    (site / "simple" / "demo" / "index.html").write_text("<a href='x'>demo</a>")
+    with pytest.raises(FakeNetError, match="not a name"):
+        fresh.site_dir("nowhere.invalid")
+    try:
+        got = fetch_site_pages(fresh, client)
+    finally:
+        shutil.rmtree(site)  # the internet is shared: pypi.org answers with the echo again
+    assert got["page"] == [200, "text/html; charset=utf-8", "<a href='x'>demo</a>"]
+    assert got["missing"][0] == 404
+    assert got["echo"]["path"] == "/simple/demo/"  # no site: the echo server answers
+    assert [r["path"] for r in fresh.http_requests() if r["host"] == "pypi.org"] == [
+        "/simple/demo/", "/simple/other/"]
+
+
+def fetch_site_pages(fresh: FakeInternet, client: Client) -> dict:
+    return run_py(client, f"""
+import json, ssl, urllib.error, urllib.request
+ctx = ssl.create_default_context(cafile={str(fresh.ca_cert_path)!r})
+def get(url):
+    try:
+        r = urllib.request.urlopen(url, context=ctx, timeout=5)
+        return [r.status, r.headers["content-type"], r.read().decode()]
+    except urllib.error.HTTPError as exc:
+        return [exc.code, exc.headers["content-type"], exc.read().decode()]
+print(json.dumps({{"page": get("https://pypi.org/simple/demo/"),
+                  "missing": get("https://pypi.org/simple/other/"),
+                  "echo": json.loads(get("https://api.example.test/simple/demo/")[2])}}))""")
 
 
 def test_an_early_refusal_answers_413_before_the_body_and_stops_reading(

@@ -246,3 +246,92 @@ def test_early_refusal_reads_its_hold_from_the_query(target, seconds):
     from fakenet.early import hold_seconds
 
     assert hold_seconds(target) == seconds
+
+
+# --- static sites and package registries -------------------------------------------------------
+
+def test_a_site_serves_its_files_and_index_pages_and_nothing_outside(tmp_path: Path) -> None:
+    from fakenet.sites import file_for
+
+    site = tmp_path / "sites" / "registry.npmjs.org"
+    (site / "pkg").mkdir(parents=True)
+    (site / "pkg" / "index.json").write_text("{}")
+    (site / "pkg" / "pkg-1.0.0.tgz").write_bytes(b"tgz")
+    (site / "empty").mkdir()
+    (tmp_path / "secret.txt").write_text("outside")
+    (site / "link").symlink_to(tmp_path / "secret.txt")
+    assert file_for(site, "/pkg") == site / "pkg" / "index.json"
+    assert file_for(site, "/pkg/pkg-1.0.0.tgz?x=1") == site / "pkg" / "pkg-1.0.0.tgz"
+    assert file_for(site, "/%70kg/index.json") == site / "pkg" / "index.json"  # percent-decoded
+    assert file_for(site, "/empty") is None  # a directory without an index page
+    assert file_for(site, "/missing") is None
+    assert file_for(site, "/../secret.txt") is None
+    assert file_for(site, "/pkg/%2e%2e/%2e%2e/secret.txt") is None
+    assert file_for(site, "/link") is None  # a symlink out of the site
+
+
+def test_site_of_answers_only_reads_for_a_host_with_a_site(tmp_path: Path) -> None:
+    from fakenet.httpparse import HttpRequest
+    from fakenet.sites import site_of
+
+    (tmp_path / "pypi.org").mkdir()
+
+    def request(method: str, host: str) -> HttpRequest:
+        parser = RequestParser()
+        [parsed] = parser.feed(f"{method} / HTTP/1.1\r\nHost: {host}\r\n"
+                               "Content-Length: 0\r\n\r\n".encode())
+        assert isinstance(parsed, HttpRequest)
+        return parsed
+
+    assert site_of(str(tmp_path), request("GET", "PyPI.org:443")) == tmp_path / "pypi.org"
+    assert site_of(str(tmp_path), request("HEAD", "pypi.org.")) == tmp_path / "pypi.org"
+    assert site_of(str(tmp_path), request("POST", "pypi.org")) is None
+    assert site_of(str(tmp_path), request("GET", "api.example.test")) is None
+    assert site_of(str(tmp_path), request("GET", "..")) is None
+    assert site_of(None, request("GET", "pypi.org")) is None
+
+
+def test_registries_are_real_packages_built_the_same_every_time(tmp_path: Path) -> None:
+    import base64
+    import hashlib
+    import json
+    import tarfile
+    import zipfile
+
+    from fakenet.packages import build_npm_registry, build_python_index, dependencies
+
+    first = build_npm_registry(tmp_path / "a", packages=30)
+    again = build_npm_registry(tmp_path / "b", packages=30)
+    assert first == again and len(first.names) == 30
+    for path in first.files:
+        assert (tmp_path / "a" / path).read_bytes() == (tmp_path / "b" / path).read_bytes()
+    # Every package is reachable from the project's own dependencies: an install takes all.
+    graph = dependencies(30)
+    seen, todo = set(), list(json.loads(first.project["package.json"])["dependencies"])
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            doc = json.loads((tmp_path / "a" / name / "index.json").read_text())
+            todo.extend(doc["versions"]["1.0.0"].get("dependencies", {}))
+    assert seen == set(first.names) and len(graph) == 30
+    # The document's integrity is the tarball's, which is a real npm package tarball.
+    name = first.names[0]
+    doc = json.loads((tmp_path / "a" / name / "index.json").read_text())
+    dist = doc["versions"]["1.0.0"]["dist"]
+    tgz = tmp_path / "a" / dist["tarball"].split("registry.npmjs.org/", 1)[1]
+    assert dist["integrity"] == "sha512-" + base64.b64encode(
+        hashlib.sha512(tgz.read_bytes()).digest()).decode()
+    with tarfile.open(tgz) as archive:
+        assert {"package/package.json", "package/index.js"} <= set(archive.getnames())
+
+    python = build_python_index(tmp_path / "index", tmp_path / "files", wheels=8)
+    assert len(python.names) == 8
+    module = python.names[0].replace("-", "_")  # a wheel file names its project normalised
+    [wheel] = [p for p in python.files if f"/{module}-" in p and p.endswith(".whl")]
+    with zipfile.ZipFile(tmp_path / "files" / wheel) as archive:
+        names = archive.namelist()
+        assert any(n.endswith(".dist-info/METADATA") for n in names)
+        assert any(n.endswith(".dist-info/RECORD") for n in names)
+    page = (tmp_path / "index" / "simple" / python.names[0] / "index.html").read_text()
+    assert "https://files.pythonhosted.org/" in page and "#sha256=" in page
