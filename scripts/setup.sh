@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-linux
     podman runc debootstrap
+    slirp4netns uidmap  # rootless cages: their uplink, and subordinate id maps
     python3-pip  # pip inside the cage (the package-install workload tests)
     tmux)  # the tests drive the agents' TUIs at a terminal (send-keys, capture-pane)
 

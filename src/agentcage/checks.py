@@ -26,15 +26,25 @@ def _binary(name: str, package: str) -> Check:
     return Check(f"{name} installed", False, "not found", f"apt-get install {package}")
 
 
-def _root() -> Check:
+def _mode() -> Check:
+    """Root, or rootless: what this user's cages are made with, and whether they can be."""
+    from agentcage import rootless
+
+    if rootless.active():
+        return Check("mode", True, f"rootless (uid {rootless.host_uid()}), inside its "
+                     "namespaces")
     if os.geteuid() == 0:
-        return Check("running as root", True, "uid 0")
-    return Check(
-        "running as root",
-        False,
-        f"uid {os.geteuid()}",
-        "run with sudo; the namespace backend needs root today (rootless mode: see docs/cage.md)",
-    )
+        return Check("mode", True, "root: cages in the host's namespaces")
+    from agentcage.rootless.holder import requirements, subordinate_range
+
+    missing = requirements()
+    if missing:
+        return Check("mode", False, f"uid {os.geteuid()}, and rootless cages cannot be made "
+                     f"here: {missing[0]}", "the fix named, or run as root (sudo)")
+    ids = ("its /etc/subuid range" if subordinate_range(Path("/etc/subuid"), os.getuid())
+           and shutil.which("newuidmap") else "its own uid only (no /etc/subuid range)")
+    return Check("mode", True, f"rootless (uid {os.geteuid()}): cages in a user namespace of "
+                 f"yours mapping {ids}, uplink through slirp4netns")
 
 
 def _userns() -> Check:
@@ -99,10 +109,18 @@ def _dnslib() -> Check:
 
 
 def _limits() -> Check:
-    from agentcage.backends.cgroups import CONTROLLERS, detect
+    from agentcage import rootless
+    from agentcage.backends.cgroups import CONTROLLERS, Limits, detect
 
     layout = detect()
     missing = [c for c in CONTROLLERS if c not in layout.available()]
+    if not missing and (rootless.active() or os.geteuid() != 0):
+        refusal = layout.rootless_refusal(Limits(1, 1, 1.0))
+        if refusal:
+            return Check("resource limits", True, "rootless: none can be enforced, no cgroup "
+                         "is delegated to you (a cage sets `limits: none`, or is refused)",
+                         refusal.split("; ", 1)[1])
+        return Check("resource limits", True, f"{layout.describe()}, rootless: delegated")
     return Check(
         "resource limits", not missing,
         f"{layout.describe()}: container.limits {'can' if not missing else 'cannot'} be enforced"
@@ -134,7 +152,7 @@ def _zygote() -> Check:
 
 
 CHECKS: tuple[Callable[[], Check], ...] = (
-    _root,
+    _mode,
     lambda: _binary("bwrap", "bubblewrap"),
     lambda: _binary("nft", "nftables"),
     lambda: _binary("ip", "iproute2"),

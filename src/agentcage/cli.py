@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from agentcage import __version__
+from agentcage import __version__, rootless
 from agentcage.completion import complete_cages, complete_scaffolds
 from agentcage.config.scaffolds import check_scaffold, scaffold_names, scaffold_spec, scaffold_text
 from agentcage.errors import AgentcageError, ConfigError
@@ -855,6 +855,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     on_sigterm()  # SIGTERM cleans up like Ctrl-C (finally blocks run)
     try:
+        # (done already when called from lean.main; `python -m agentcage.cli` comes here)
+        rootless.join_for(list(sys.argv[1:] if argv is None else argv))
         cli.main(args=list(argv) if argv is not None else None, prog_name="agentcage",
                  standalone_mode=False)
     except click.exceptions.Abort as e:  # click's form of an interrupt, or a refused question

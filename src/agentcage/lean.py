@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from agentcage import rootless
 from agentcage.errors import AgentcageError, StateError
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing on this path)
@@ -108,6 +109,12 @@ def unwarm_zygote() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """`agentcage`: the lean path for the plain forms above, the full CLI for the rest."""
     args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rootless.join_for(args)  # first: every process of a rootless cage starts inside
+    except AgentcageError as e:
+        from agentcage.cli import report
+
+        return report(e)
     plain = plain_form(args)
     if plain is None:
         warmed = starts_a_cage(args) and warm_zygote()

@@ -114,6 +114,29 @@ class FakeHost:
               **kwargs: Any) -> subprocess.Popen[Any]:
         return subprocess.Popen(self.command(argv, cwd), **kwargs)
 
+    def open_to_users(self, paths: Sequence[str | Path]) -> None:
+        """Make `paths` readable by every user of this host, in its mount namespace alone: a
+        directory closed to others above one (e.g. /root, 0700, where pyenv keeps Python) is
+        covered here by an open tmpfs holding only the paths below it. The real host's
+        permissions never change."""
+        closed: dict[Path, list[Path]] = {}
+        for path in (Path(p).resolve() for p in paths):
+            for ancestor in reversed(path.parents):
+                if ancestor != Path("/") and not ancestor.stat().st_mode & 0o001:
+                    closed.setdefault(ancestor, []).append(path)
+                    break
+        lines = ["set -e", "mount -t tmpfs -o mode=0755 stage /mnt"]
+        for i, (ancestor, inside) in enumerate(closed.items()):
+            for j, path in enumerate(inside):
+                lines += [f"mkdir -p /mnt/{i}-{j}", f"mount --rbind {path} /mnt/{i}-{j}"]
+            lines.append(f"mount -t tmpfs -o mode=0755 open {ancestor}")
+            for j, path in enumerate(inside):
+                lines += [f"mkdir -p {path}", f"mount --move /mnt/{i}-{j} {path}"]
+        r = self.run(["sh", "-c", "\n".join(lines)], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise FakeNetError(f"cannot open {', '.join(map(str, paths))} to users: "
+                               f"{r.stderr.strip()}")
+
     def close(self) -> None:
         """Kill everything that runs on this host (the PID namespace goes with its init), and
         with it every namespace and mount made inside. Safe to repeat."""

@@ -13,6 +13,7 @@ session.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -26,8 +27,8 @@ import pytest
 
 from agentcage.demo_agents import AGENTS, fake_key, installed
 from agentcage.runs import project_cage_name
-from tests.agentcage.conftest import make_project, needs_root
-from tests.agentcage.hosted import OnHost
+from tests.agentcage.conftest import AGENT_UID, make_project, needs_root
+from tests.agentcage.hosted import AsUser, OnHost, delegated_cgroups, open_to_users
 from tests.tmux_screen import Screen
 
 AGENTCAGE = str(Path(sys.executable).with_name("agentcage"))  # the console script
@@ -52,15 +53,23 @@ def world():
         yield net
 
 
-@pytest.fixture
-def on_host(world) -> Iterator[OnHost]:
+@pytest.fixture(params=["root", "rootless"])
+def on_host(world, request) -> Iterator[OnHost]:
+    """The fake host, the CLI run by root, or by an ordinary user (uid 1000: rootless cages,
+    with the cgroup root delegates to that user once)."""
     from fakenet import FakeHost
 
     home = Path(tempfile.mkdtemp(prefix="agentcage-keyboard-"))
     os.chmod(home, 0o755)
+    delegation = (delegated_cgroups(AGENT_UID) if request.param == "rootless"
+                  else contextlib.nullcontext())
     try:
-        with FakeHost(world) as host:
-            cli = OnHost(host, home)
+        with delegation, FakeHost(world) as host:
+            if request.param == "rootless":
+                open_to_users(host)
+                cli: OnHost = AsUser(host, home, AGENT_UID, world)
+            else:
+                cli = OnHost(host, home)
             yield cli
             cli.destroy_all()  # the kept state of the project's runs too
     finally:
@@ -79,8 +88,9 @@ class Terminal:
         ours, command = list(args), []
         if "--" in ours:
             ours, command = ours[:ours.index("--")], ours[ours.index("--"):]
-        world = ["--trust-network", "10.200.0.0/16", "--upstream-ca", str(self.world.ca_cert_path)]
-        line = " ".join([AGENTCAGE, "run", *ours, *world, *command])
+        ca = self.cli.ca_path or self.world.ca_cert_path
+        world = ["--trust-network", "10.200.0.0/16", "--upstream-ca", str(ca)]
+        line = " ".join([*self.cli.as_user, AGENTCAGE, "run", *ours, *world, *command])
         env = {"PATH": os.environ["PATH"], "AGENTCAGE_HOME": str(self.cli.state),
                "LANG": "C.UTF-8", "HOME": str(self.cli.home)}
         screen = Screen(self.cli.host.run, self.cli.home / f"tmux-{len(self.screens)}.sock",
@@ -211,7 +221,8 @@ def test_a_claude_subscription_token_is_a_bearer_toward_anthropic_only(on_host, 
     world.script_model([{"say": answer}])
     project = make_project(on_host.home / "work" / "oauth")
     name = project_cage_name("claude-code", project)
-    world_args = ["--trust-network", "10.200.0.0/16", "--upstream-ca", str(world.ca_cert_path)]
+    ca = on_host.ca_path or world.ca_cert_path
+    world_args = ["--trust-network", "10.200.0.0/16", "--upstream-ca", str(ca)]
     # another provider allowed for this run: the token's placeholder may still not go there
     r = on_host("run", "claude-code", "-s", "CLAUDE_CODE_OAUTH_TOKEN", "--project", str(project),
                 "--allow", "api.openai.com", *world_args, "--", "sh", "-c",

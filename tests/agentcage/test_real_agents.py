@@ -29,7 +29,7 @@ from agentcage.demo_agents import (
 )
 from agentcage.gateway.auditmask import fingerprint
 from tests.agentcage.conftest import make_project, needs_root
-from tests.agentcage.hosted import OnHost
+from tests.agentcage.hosted import AsUser, OnHost, delegated_cgroups, open_to_users
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,30 @@ def on_host(world):
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.fixture
+def as_user(world):
+    """The same host, the CLI run by an ordinary user (uid 1000): rootless cages, with the
+    cgroup that root delegates to that user once."""
+    from fakenet import FakeHost
+
+    home = Path(tempfile.mkdtemp(prefix="agentcage-agents-"))
+    os.chmod(home, 0o755)
+    try:
+        with delegated_cgroups(1000), FakeHost(world) as host:
+            open_to_users(host)
+            cli = AsUser(host, home, 1000, world)
+            yield cli
+            cli.destroy_all()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(params=["root", "rootless"])
+def user_cli(request):
+    """The CLI as root and as an ordinary user, each on a host of its own."""
+    return request.getfixturevalue("on_host" if request.param == "root" else "as_user")
+
+
 def audit(cli: OnHost, name: str) -> list[dict]:
     path = cli.state / "cages" / name / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -64,7 +88,8 @@ def audit(cli: OnHost, name: str) -> list[dict]:
 
 @pytest.mark.netns
 @pytest.mark.parametrize("which", sorted(AGENTS))
-def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(on_host, world, which):
+def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(user_cli, world, which):
+    on_host = user_cli
     agent = AGENTS[which]
     assert installed(agent), f"{agent.binary} is not installed: run scripts/setup.sh"
     name = f"real-{which}"
@@ -80,8 +105,9 @@ def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(on_host, worl
     project = make_project(on_host.home / "work" / name)
     (project / PLANTED_FILE).write_text(f"GITHUB_TOKEN={planted}\n")
     os.chown(project / PLANTED_FILE, 1000, 1000)
+    ca = getattr(on_host, "ca_path", None) or world.ca_cert_path
     r = on_host("cage", "create", "-c", f"{name}.yaml", "--project", str(project),
-                "--trust-network", "10.200.0.0/16", "--upstream-ca", str(world.ca_cert_path))
+                "--trust-network", "10.200.0.0/16", "--upstream-ca", str(ca))
     assert r.returncode == 0, r.stderr
 
     placeholder = on_host("exec", name, "--", "printenv", agent.key_env).stdout.strip()

@@ -22,9 +22,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentcage import rootless
 from agentcage.errors import BackendError
 
 PARENT = "agentcage"  # every cage's cgroup lives under this one, at the hierarchy's root
+
+
+def parent_name(rootless_cages: bool | None = None) -> str:
+    """The parent of every cage's cgroup: root's cages share one; each user's rootless cages
+    have their own, which root delegates to that user (see `Layout.rootless_refusal`).
+    `rootless_cages`: whose (default: this process's)."""
+    if rootless_cages is None:
+        rootless_cages = rootless.active()
+    return f"{PARENT}-{rootless.host_uid()}" if rootless_cages else PARENT
 CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
 
@@ -71,12 +81,32 @@ class Layout:
             return tuple(c for c in CONTROLLERS if c in self.v2_controllers)
         return tuple(c for c in CONTROLLERS if c in self.v1)
 
-    def parents(self) -> tuple[Path, ...]:
+    def parents(self, rootless_cages: bool | None = None) -> tuple[Path, ...]:
         """The directories every cage's cgroup is made in (one per hierarchy in use)."""
+        parent = parent_name(rootless_cages)
         if self.version == 2:
             assert self.v2 is not None
-            return (self.v2 / PARENT,)
-        return tuple(sorted({m / PARENT for m in self.v1.values()}))
+            return (self.v2 / parent,)
+        return tuple(sorted({m / parent for m in self.v1.values()}))
+
+    def rootless_refusal(self, limits: Limits) -> str | None:
+        """Why a rootless cage cannot enforce `limits` here (None: it can, or none is set).
+        A user may make cgroups only below one delegated to them: here, the parent directory
+        of their cages, made and given to them once by root."""
+        if not limits.needed() or self.version is None:
+            return None
+        lacking = [p for p in self.parents(rootless_cages=True)
+                   if not os.access(p, os.W_OK | os.X_OK)]
+        if not lacking:
+            return None
+        user = rootless.host_uid()
+        fix = (f"as root, once: mkdir {' '.join(map(str, lacking))} && chown -R {user} "
+               f"{' '.join(map(str, lacking))}")
+        if self.version == 2:
+            fix += f" (and enable {' '.join(limits.needed())} in the subtree_control above it)"
+        return (f"container.limits: a rootless cage cannot enforce {', '.join(limits.needed())} "
+                f"here: no cgroup is delegated to uid {user}; {fix}; or run it as root, or set "
+                "`limits: none` in cage.yaml's container section")
 
     def describe(self) -> str:
         if self.version is None:
@@ -130,7 +160,7 @@ class CageCgroup:
         """controller -> the cage's directory for it (one directory for all in v2)."""
         if self.layout.version == 2:
             return dict.fromkeys(CONTROLLERS, self.layout.parents()[0] / self.name)
-        return {c: m / PARENT / self.name for c, m in self.layout.v1.items()}
+        return {c: m / parent_name() / self.name for c, m in self.layout.v1.items()}
 
     def create(self, limits: Limits) -> tuple[Path, ...]:
         """Make the cgroup and set the limits; the directories that processes must join."""
@@ -143,6 +173,10 @@ class CageCgroup:
             )
         if not limits.needed():
             return ()
+        if rootless.active():
+            refusal = self.layout.rootless_refusal(limits)
+            if refusal:
+                raise BackendError(refusal)
         if self.layout.version == 2:
             self._create_v2(limits)
         else:
@@ -172,12 +206,13 @@ class CageCgroup:
 
     def _create_v2(self, limits: Limits) -> None:
         assert self.layout.v2 is not None
-        parent = self.layout.v2 / PARENT
+        parent = self.layout.v2 / parent_name()
         parent.mkdir(exist_ok=True)
         wanted = " ".join(f"+{c}" for c in limits.needed())
         # controllers must be enabled in every ancestor's subtree_control for the child to
-        # have them (the parent holds no process, as cgroup v2 requires)
-        for d in (self.layout.v2, parent):
+        # have them (the parent holds no process, as cgroup v2 requires); the root's is
+        # root's to write, and a rootless cage's delegation has done it
+        for d in (() if rootless.active() else (self.layout.v2,)) + (parent,):
             _write(d / "cgroup.subtree_control", wanted)
         d = parent / self.name
         d.mkdir(exist_ok=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentcage import rootless
 from agentcage.addresses import parse_ip
 from agentcage.backends import cgroups, host, netplan, workload
 from agentcage.backends.gateways import (  # noqa: F401  (gateway_environment: its old home)
@@ -31,6 +32,7 @@ from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
+from agentcage.rootless import holder
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
 
 if TYPE_CHECKING:
@@ -93,6 +95,11 @@ def upstream_dns_servers(spec: CageSpec) -> tuple[str, ...]:
             servers = resolv_conf_servers(path.read_text())
         except OSError:
             continue
+        if servers and rootless.active() and uplink_ns is None:
+            # a rootless uplink is slirp4netns's network, where the host's loopback is not
+            # reachable: a local stub resolver is asked through slirp4netns's own
+            return tuple(s for s in servers if not s.startswith("127.") and s != "::1") \
+                or (holder.SLIRP_DNS,)
         if servers:
             return servers
     raise BackendError(
@@ -176,6 +183,11 @@ class NamespaceBackend:
             unsupported.append("container.rootfs")
         if agents["watcher"]["enable"]:
             unsupported.append("agents.watcher (not built yet)")
+        if rootless.active():
+            refusal = cgroups.detect().rootless_refusal(
+                cgroups.Limits(spec.memory, spec.pids, spec.cpus))
+            if refusal:
+                raise BackendError(refusal)
         if unsupported:
             raise BackendError(
                 "the namespace backend cannot enforce: " + ", ".join(unsupported) + "; remove them"
@@ -293,6 +305,8 @@ class NamespaceBackend:
             gateway_address=plan.gateway_address,
             cage_network=plan.cage_network,
             uplink_netns=f"/run/netns/{plan.uplink_ns}" if plan.uplink_ns else "",
+            host_routes_socket=(str(self.store.root / "rootless" / holder.HOST_ROUTES)
+                                if rootless.active() and not plan.uplink_ns else ""),
             dns_servers=dns_servers,
             policy_path=str(cage.policy),
             policy_ack_path=str(cage.policy_ack),

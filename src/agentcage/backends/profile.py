@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentcage import rootless
 from agentcage.backends.sandbox import WORKSPACE
 from agentcage.errors import BackendError
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 
 NOBODY_AS_ROOT_OWNS = "host_user auto: nobody, as root owns the project"
+ROOTLESS_OWN_UID = "rootless: your own uid"
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,12 @@ def make_meta(spec: CageSpec, project: Path, host_uid: int, host_gid: int,
 
 def choose_host_user(spec: CageSpec, project: Path) -> tuple[int, int, str]:
     """The real unprivileged host uid/gid the workload runs as (never 0), and why that one."""
+    if rootless.active():
+        # uid 0 of the namespace is the user who made the cage: the only uid it may use
+        if spec.host_user is not None:
+            raise BackendError("container.host_user: a rootless cage runs as your own uid; "
+                               "remove host_user (or --as-user), or make the cage as root")
+        return 0, 0, ROOTLESS_OWN_UID
     if spec.host_user is not None:
         return spec.host_user, spec.host_user, "container.host_user"
     st = project.stat()
@@ -116,7 +124,7 @@ def check_access(host_uid: int, host_gid: int,
     for src, target, mode in volumes:
         test = ["test", "-r", src, "-a", "-x", src] + (["-a", "-w", src] if mode == "rw" else [])
         r = subprocess.run(["setpriv", f"--reuid={host_uid}", f"--regid={host_gid}",
-                            "--clear-groups", "--", *test], capture_output=True, timeout=10)
+                            *rootless.drop_groups(), "--", *test], capture_output=True, timeout=10)
         if r.returncode != 0:
             if how == NOBODY_AS_ROOT_OWNS and target == WORKSPACE:
                 raise BackendError(

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentcage import rootless
+
 CAGE_CA_PATH = "/run/agentcage/ca.pem"
 CAGE_BUNDLE_PATH = "/run/agentcage/ca-bundle.pem"
 SYSTEM_BUNDLE_PATH = "/etc/ssl/certs/ca-certificates.crt"
@@ -71,7 +73,8 @@ class SandboxSpec:
 
 
 def sandbox_argv(spec: SandboxSpec) -> list[str]:
-    if spec.host_uid == 0 or spec.host_gid == 0:
+    rootless_cage = rootless.active()
+    if (spec.host_uid == 0 or spec.host_gid == 0) and not rootless_cage:
         raise ValueError("the workload must run as an unprivileged host uid/gid, never 0")
     if spec.seccomp_fd is None:
         raise ValueError("a seccomp filter is mandatory")
@@ -82,10 +85,14 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
         "setpriv",
         f"--reuid={spec.host_uid}",
         f"--regid={spec.host_gid}",
-        "--clear-groups",
+        *rootless.drop_groups(),
         "--no-new-privs",
-        "--",
     ]
+    # In a rootless cage, uid 0 of the namespace is the user: bubblewrap then holds the
+    # namespace's capabilities while it builds the sandbox, as a setuid bubblewrap holds
+    # root's (without them it cannot map the sandbox's uid), and the command runs in
+    # bubblewrap's own user namespace below, with none (--cap-drop ALL).
+    argv += ["--"]
     argv += ["bwrap", "--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     argv += ["--disable-userns", "--cap-drop", "ALL", "--hostname", spec.hostname]

@@ -103,7 +103,9 @@ class Container(Strict):
     tmpfs: list[str] = Field(default_factory=lambda: ["/tmp:rw,nosuid,size=512m"])
     ports: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    # `none`: no limit of any kind, said outright (a rootless cage on a host that delegates no
+    # cgroup to its user can enforce none, and refuses limits unless told so)
+    limits: ResourceLimits | Literal["none"] = Field(default_factory=ResourceLimits)
     # Files the agent reads at start (its own configuration): cage path under the cage's home
     # -> text. Bound read-only at every command; nothing is written on the host.
     files: dict[str, str] = Field(default_factory=dict)

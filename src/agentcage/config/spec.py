@@ -77,6 +77,8 @@ class CageSpec:
         """The spec of a validated form (a document the model produced)."""
         container, domains, gateway = doc["container"], doc["domains"], doc["gateway"]
         limits = container["limits"]
+        if limits == "none":
+            limits = {"memory": None, "pids": None, "cpu": None}
         host_user = container["host_user"]
         uid, gid = uid_gid(container["user"])
         rules = doc["secret_injection"]

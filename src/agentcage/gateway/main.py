@@ -363,7 +363,17 @@ def run(settings_path: Path, wait: float, t0: float | None = None, ca=None) -> i
     except BaseException:
         os.close(uplink_fd)
         raise
-    uplink = Uplink(uplink_fd)
+    host_routes = None
+    if settings.host_routes_socket:  # rootless: the host's routing table, from its keeper
+        try:
+            from agentcage.rootless.holder import receive_host_routes
+
+            host_routes = receive_host_routes(settings.host_routes_socket)
+        except OSError as e:
+            os.close(uplink_fd)
+            raise SystemExit(f"agentcage-gateway: no route lookups on the host ({e}): "
+                             "refusing to start") from None
+    uplink = Uplink(uplink_fd, host_routes)
     try:
         install_ca(Path(settings.confdir), ca_key, ca_cert)
         timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3)}

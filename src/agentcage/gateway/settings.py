@@ -36,6 +36,9 @@ class GatewaySettings:
     regular_port: int = 8080
     dns_port: int = 53
     trusted_networks: tuple[str, ...] = ()
+    # A rootless cage's: the keeper's socket handing out a netlink socket of the host's
+    # namespace, so that the host's own addresses are refused (see rootless/holder.py)
+    host_routes_socket: str = ""
     blocked_dns_answer: str = "sinkhole"  # sinkhole | nxdomain
     # Per destination host, sized so that a package install never meets them: `npm install`
     # of 300 packages made 602 requests to its registry in 9 s, 183 of them in its busiest

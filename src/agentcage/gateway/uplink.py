@@ -68,8 +68,14 @@ def route_type(sock: socket.socket, address: str, seq: int = 1) -> str:
 class Uplink:
     """Sockets made in the uplink namespace, by one thread that lives there."""
 
-    def __init__(self, netns_fd: int):
-        """`netns_fd`: an open descriptor of the uplink namespace (owned from now on)."""
+    def __init__(self, netns_fd: int, host_routes: socket.socket | None = None):
+        """`netns_fd`: an open descriptor of the uplink namespace (owned from now on).
+        `host_routes`: for a rootless cage, whose uplink is a network of its own that reaches
+        the host's through slirp4netns, a netlink socket of the host's namespace (owned from
+        now on): an address that the host routes as its own is refused too."""
+        self._host_routes = host_routes
+        if host_routes is not None:
+            host_routes.settimeout(2)
         self._netns_fd = netns_fd
         self._target = os.fstat(netns_fd).st_ino
         self._route_sock: socket.socket | None = None
@@ -110,7 +116,12 @@ class Uplink:
     def _route(self, address: str) -> str:
         assert self._route_sock is not None
         self._seq = self._seq % 0x7FFFFFFF + 1
-        return route_type(self._route_sock, address, self._seq)
+        route = route_type(self._route_sock, address, self._seq)
+        if route == "unicast" and self._host_routes is not None:
+            on_host = route_type(self._host_routes, address, self._seq)
+            if on_host != "unicast":
+                return f"{on_host} on the host"
+        return route
 
     # ---- from the event loop -------------------------------------------------------------
 
@@ -134,4 +145,6 @@ class Uplink:
         self._executor.shutdown(wait=True, cancel_futures=True)
         if self._route_sock is not None:
             self._route_sock.close()
+        if self._host_routes is not None:
+            self._host_routes.close()
         os.close(self._netns_fd)

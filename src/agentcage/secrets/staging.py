@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentcage import rootless
 from agentcage.secrets import placeholders
 from agentcage.secrets.book import PlaceholderBook
 from agentcage.secrets.errors import StagingError
@@ -46,7 +47,14 @@ class StagedSecret:
 
 
 def run_dir() -> Path:
-    return Path(os.environ.get(RUN_DIR_ENV) or DEFAULT_RUN_DIR)
+    """Root's cages stage under /dev/shm/agentcage; a user's rootless cages under a directory
+    of their own beside it (the file names are the cages' names, which are per user)."""
+    override = os.environ.get(RUN_DIR_ENV)
+    if override:
+        return Path(override)
+    if rootless.active():
+        return DEFAULT_RUN_DIR.with_name(f"{DEFAULT_RUN_DIR.name}-{rootless.host_uid()}")
+    return DEFAULT_RUN_DIR
 
 
 def staging_path(cage: CageDir | str) -> Path:

@@ -1,0 +1,86 @@
+"""Rootless cages: the same cage, made by an ordinary user, with no sudo and no setuid helper of
+ours.
+
+Everything a cage needs root for (network namespaces and their veth, nftables, sysctls, bind
+mounts, `ip netns` under /run/netns) is allowed to the owner of a user namespace over what that
+namespace owns. So a user's cages live inside one user namespace of theirs, kept by a small
+process (the *holder*, holder.py), with:
+
+- a mount namespace of its own, whose /run is a tmpfs of the holder's (the host's /run is bound
+  back into it, but for /run/netns, where the cages' network namespaces are mounted);
+- a network namespace of its own, linked to the host's network by `slirp4netns`, which makes
+  its connections as the user, from the host's namespace: the gateways' uplink. The host's
+  loopback is not reachable through it (`--disable-host-loopback`), and the gateway refuses
+  the host's own addresses (see gateway/uplink.py) as it does for a root cage.
+
+A command of the user's joins the holder's namespaces first thing (`enter`, before the CLI
+loads anything), and from there the cage code runs as it does for root: in that namespace its
+uid is 0, with the capabilities of the namespace, none of the host. The workload runs as the
+user's own uid (uid 0 of the namespace, with every capability dropped and bubblewrap's user
+namespace inside that); resource limits need a cgroup the user may write (see cgroups.py);
+`agentcage doctor` says whether this host can do it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+INIT_UID_MAP = ("0", "0", "4294967295")  # /proc/self/uid_map of the initial user namespace
+
+
+@functools.cache
+def active() -> bool:
+    """Whether this process runs in a user namespace (a rootless cage's, once `enter`ed): its
+    "root" is then an ordinary user of the host."""
+    try:
+        first = Path("/proc/self/uid_map").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return False
+    return tuple(first) != INIT_UID_MAP
+
+
+def host_uid() -> int:
+    """The host uid this process is: the one uid 0 of a rootless namespace maps to."""
+    if not active():
+        return os.getuid()
+    for line in Path("/proc/self/uid_map").read_text().splitlines():
+        inside, outside, _count = line.split()
+        if inside == str(os.getuid()):
+            return int(outside)
+    return os.getuid()
+
+
+def groups_settable() -> bool:
+    """Whether setgroups(2) is allowed here (a namespace whose gids were mapped by newgidmap;
+    not one that maps only the user's own gid, where it is denied)."""
+    try:
+        return Path("/proc/self/setgroups").read_text().strip() != "deny"
+    except OSError:
+        return True
+
+
+def drop_groups() -> list[str]:
+    """setpriv's arguments that drop supplementary groups, where they can be dropped."""
+    return ["--clear-groups"] if groups_settable() else ["--keep-groups"]
+
+
+# Commands that never touch a cage: they run where they are called, starting nothing.
+_OUTSIDE = frozenset({"doctor", "init", "--help", "-h", "--version", "help"})
+
+
+def join_for(args: list[str]) -> None:
+    """For a user who is not root: join the rootless cages' namespaces (the holder started
+    first if need be) before a command that may touch a cage. Nothing for root, for a process
+    already inside, or for a command of `_OUTSIDE`. HostCheckError when this host cannot."""
+    if os.geteuid() == 0 or not args or args[0] in _OUTSIDE or "--help" in args:
+        return
+    from agentcage.rootless import holder
+    from agentcage.state import locked_dir, state_root
+
+    directory = state_root() / "rootless"
+    with locked_dir(directory):
+        found = holder.ensure(directory)
+    holder.enter(found)
+    active.cache_clear()
