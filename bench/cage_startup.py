@@ -4,7 +4,10 @@ Targets (the `agentcage` console script, as a user types it):
 - first cage: `agentcage run minimal -- true` with no gateway zygote running (the run starts
   one and its gateway is forked from it): < 1 s;
 - later cages: the same with the zygote up: < 300 ms;
-- exec: `agentcage exec NAME -- true` into a cage whose gateway is up (the lean path): < 100 ms.
+- exec: `agentcage exec NAME -- true` into a cage whose gateway is up (the lean path): < 100 ms,
+  and < 2.5x `python -c pass`;
+- `agentcage start` of a stopped cage and `cage create` (which starts it), each < 1x a later
+  `run`; `agentcage ls` < 2x `python -c pass`.
 Baselines, in the same run:
 - a cage whose gateway is spawned, as every cage's was (AGENTCAGE_ZYGOTE=off);
 - exec through the full CLI (`agentcage exec NAME true`: no `--`, so click parses it);
@@ -47,7 +50,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fakenet import FakeInternet
+from fakenet import FakeHost, FakeInternet
 
 SCRIPT = Path(sys.executable).parent / "agentcage"
 CLI = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "agentcage.cli"]
@@ -84,7 +87,7 @@ def main() -> None:
     env["AGENTCAGE_HOME"] = str(work / "home")
     spawned_env = {**env, "AGENTCAGE_ZYGOTE": "off"}
     try:
-        with FakeInternet() as net:
+        with FakeInternet() as net, FakeHost(net) as fake_host:
             host_ns = net.add_client().netns  # plays the host's network: never the real one
             run = [*CLI, "run", "minimal", "--project", str(project), "--uplink",
                    f"netns:{host_ns}", "--dns", net.dns_address, "--", "true"]
@@ -92,8 +95,25 @@ def main() -> None:
             config = work / "cage.yaml"
             config.write_text(f"name: bench\ndns_servers: [{net.dns_address}]\n"
                               f"gateway: {{uplink: 'netns:{host_ns}'}}\n")
-            timed([*CLI, "cage", "create", "-c", str(config), "--project", str(project)],
-                  env)
+            create = [*CLI, "cage", "create", "-c", str(config), "--project", str(project)]
+            timed(create, env)
+            # The README's flow, init then create of the scaffold unedited, whose uplink is the
+            # host's: on a host played by a namespace (never the real one's), against a later
+            # `run` there.
+            scaffold = work / "scaf.yaml"
+            timed([*CLI, "init", "scaf", "--scaffold", "minimal", "-o", str(scaffold)], env)
+            create_scaffold = fake_host.command([*CLI, "cage", "create", "-c", str(scaffold),
+                                                 "--project", str(project)])
+            run_on_host = fake_host.command([*CLI, "run", "minimal", "--project", str(project),
+                                             "--", "true"])
+            host_env = {**env, "AGENTCAGE_HOME": str(work / "host-home")}  # its own zygote
+            timed(create_scaffold, host_env)
+
+            def stop() -> None:
+                timed([*CLI, "stop", "bench"], env)
+
+            def destroy() -> None:
+                timed([*CLI, "destroy", "-y", "bench"], env)
 
             def first() -> float:
                 timed(stop_zygote, env)  # not counted: the case is a host with none running
@@ -111,6 +131,13 @@ def main() -> None:
                 "exec_full": lambda: timed([*CLI, "exec", "bench", "true"], env),
                 "exec": lambda: timed([*CLI, "exec", "bench", "--", "true"], env),
                 "backend": lambda: _backend_exec(work),
+                "start": lambda: _after(stop, lambda: timed([*CLI, "start", "bench"], env)),
+                "create": lambda: _after(destroy, lambda: timed(create, env)),
+                "ls": lambda: timed([*CLI, "ls"], env),
+                "run_on_host": lambda: timed(run_on_host, host_env),
+                "create_scaffold": lambda: _after(
+                    lambda: timed(fake_host.command([*CLI, "destroy", "-y", "scaf"]), host_env),
+                    lambda: timed(create_scaffold, host_env)),
             }
             if args.before:
                 old = {**env, "PYTHONPATH": str(args.before.resolve() / "src")}
@@ -129,6 +156,8 @@ def main() -> None:
                             samples[name].append(elapsed)
             finally:
                 timed([*CLI, "destroy", "-y", "bench"], env)
+                timed(fake_host.command([*CLI, "destroy", "-y", "scaf"]), host_env)
+                timed(fake_host.command(stop_zygote), host_env)
                 timed(stop_zygote, env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -147,6 +176,11 @@ def report(ms: dict[str, float], runs: int) -> None:
         ("exec through the full CLI (click)", "exec_full"),
         ("exec through the CLI (lean path)", "exec"),
         ("backend exec (no CLI start-up)", "backend"),
+        ("cage start of a stopped cage", "start"),
+        ("cage create (a cage.yaml of the user's; it starts)", "create"),
+        ("ls", "ls"),
+        ("run, later cages, on a fake host", "run_on_host"),
+        ("cage create of a scaffold unedited, on a fake host", "create_scaffold"),
     ]
     if "before_run" in ms:
         rows += [("run, first cage, the code before (--before)", "before_run"),
@@ -166,6 +200,23 @@ def report(ms: dict[str, float], runs: int) -> None:
     print(verdict("first cage", "first", 1000, "before_run" if before else "spawned"))
     print(verdict("later cages", "later", 300, "before_later" if before else "spawned"))
     print(verdict("exec", "exec", 100, "before_exec" if "before_exec" in ms else "exec_full"))
+
+    def ratio(name: str, key: str, target: float, against: str) -> str:
+        value = ms[key] / ms[against]
+        return (f"{name}: {value:.2f}x {against} (target < {target}x) "
+                f"{'met' if value < target else 'NOT met'}")
+
+    print(ratio("exec", "exec", 2.5, "python"))
+    print(ratio("cage start", "start", 1.0, "later"))
+    print(ratio("cage create", "create", 1.0, "later"))
+    print(ratio("cage create of a scaffold", "create_scaffold", 1.0, "run_on_host"))
+    print(ratio("ls", "ls", 2.0, "python"))
+
+
+def _after(first: Callable[[], None], case: Callable[[], float]) -> float:
+    """`case`'s time, after `first` (not counted: it makes the state the case starts from)."""
+    first()
+    return case()
 
 
 def _backend_exec(work: Path) -> float:

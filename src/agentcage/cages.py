@@ -19,7 +19,7 @@ from agentcage.backends.profile import (
     resolve_volumes,
 )
 from agentcage.domains import DomainPatternError, parse_duration
-from agentcage.errors import AgentcageError, ConfigError, StateError
+from agentcage.errors import ConfigError, StateError
 from agentcage.state import (
     KEPT,
     SECRETS,
@@ -44,6 +44,33 @@ def load_config(path: Path) -> CageConfig:
     from agentcage.config.load import load_config as load  # pydantic only when needed
 
     return load(path)
+
+
+# Beside cage.yaml: the validated form it was written from, and the digest of that text. A
+# start reads the form when cage.yaml is still that text (the model, and the pydantic import
+# it costs, a good part of a start, are then not needed); else cage.yaml is validated anew.
+FORM_FILE = "cage.form.json"
+
+
+def _digest(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def stored_spec(cage: CageDir) -> CageSpec:
+    """The spec of the cage's cage.yaml: from its stored form while that is what it holds."""
+    from agentcage.config.spec import CageSpec
+
+    try:
+        text = cage.config.read_bytes()
+        form = read_json(cage.root / FORM_FILE, dict)
+    except (OSError, StateError):
+        form = None
+    if form is not None and form.get("sha256") == _digest(text) \
+            and isinstance(form.get("document"), dict):
+        return CageSpec.of(form["document"])
+    return load_config(cage.config).spec()
 
 
 class CageService:
@@ -71,20 +98,18 @@ class CageService:
         create leaves them as they were and nothing else. `overrides`: the command line's
         choices (upstream CAs, trusted networks, host uid), applied and recorded, so that
         `update` applies them again."""
-        cage = self.store.cage(config.name)
-        if cage.exists():
-            raise StateError(
-                f"cage {config.name!r} exists; `agentcage cage update {config.name} -c FILE` "
-                "applies a changed configuration, or destroy it first"
-            )
-        if cage.owner.exists():
-            raise StateError(f"{config.name!r} is the name of a run's cage; choose another name")
+        self._refuse_taken(config.name)
         if overrides is not None:
             config = _apply_overrides(config, overrides)
-        spec = config.spec()
+        return self.create_spec(config.spec(), base, project, start, overrides)
+
+    def create_spec(self, spec: CageSpec, base: Path, project: Path | None = None,
+                    start: bool = True, overrides: Overrides | None = None) -> CageDir:
+        """`create`, from a spec already made (with `overrides` applied: they are recorded)."""
+        self._refuse_taken(spec.name)
         self.backend.validate(spec)
         proj, volumes = resolve_volumes(spec, base, project, (self.store.root,))
-        cage = self.store.create(config.name)
+        cage = self.store.create(spec.name)
         try:
             self.write_state(cage, spec, proj, volumes)
             if overrides is not None:
@@ -93,9 +118,19 @@ class CageService:
                 self._start(cage, spec)
         except BaseException:
             self.backend.stop(cage)
-            self.store.remove(config.name, keep=KEPT)
+            self.store.remove(spec.name, keep=KEPT)
             raise
         return cage
+
+    def _refuse_taken(self, name: str) -> None:
+        cage = self.store.cage(name)
+        if cage.exists():
+            raise StateError(
+                f"cage {name!r} exists; `agentcage cage update {name} -c FILE` "
+                "applies a changed configuration, or destroy it first"
+            )
+        if cage.owner.exists():
+            raise StateError(f"{name!r} is the name of a run's cage; choose another name")
 
     def update(self, name: str, config: CageConfig, base: Path,
                project: Path | None = None,
@@ -157,12 +192,15 @@ class CageService:
         policyfile.compile_document(doc)  # never write what the gateway would refuse
         self.backend.write_meta(cage, make_meta(spec, project, host_uid, host_gid, volumes))
         write_json(cage.policy, doc)
+        text = document_text(spec.document)
+        write_json(cage.root / FORM_FILE, {"sha256": _digest(text.encode()),
+                                           "document": spec.document})
         # last: the cage exists once it is there
-        atomic_write(cage.config, document_text(spec.document))
+        atomic_write(cage.config, text)
 
     def start(self, name: str) -> dict:
         cage = self._existing(name)
-        return self._start(cage, load_config(cage.config).spec())
+        return self._start(cage, stored_spec(cage))
 
     def _start(self, cage: CageDir, spec: CageSpec) -> dict:
         """Start the cage; a `service` cage also starts its command in the background."""
@@ -203,23 +241,10 @@ class CageService:
         return self.backend.exec_capture(cage, command, timeout)
 
     def ls(self) -> list[dict[str, Any]]:
-        """One row per name: its status and lifecycle, and what it keeps (secrets, volumes).
-        A name with only kept things and no cage (a project's runs between two runs, a cage
-        destroyed with --keep-*) is `kept`."""
-        rows = []
-        for name in self.store.names():
-            cage = self.store.cage(name)
-            kept = [k for k in KEPT if (cage.root / k).is_dir()]
-            if cage.only_kept():
-                rows.append({"name": name, "status": "kept", "lifecycle": "-", "kept": kept})
-                continue
-            try:
-                status = self.backend.status(cage).get("status", "unknown")
-                lifecycle = self.backend.meta(cage).lifecycle
-            except AgentcageError:
-                status, lifecycle = "broken", "?"
-            rows.append({"name": name, "status": status, "lifecycle": lifecycle, "kept": kept})
-        return rows
+        """One row per name (see listing.py, which the lean `ls` reads too)."""
+        from agentcage import listing
+
+        return listing.rows(self.store)
 
     def prune(self) -> list[str]:
         """Remove what nobody can use any more: cages whose gateway died, ephemeral cages whose

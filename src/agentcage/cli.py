@@ -218,12 +218,37 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
                 as_user: int | None) -> None:
     """Create (and start) a cage from cage.yaml. The options are recorded: `cage update`
     applies them again."""
-    from agentcage.config.load import load_config
+    overrides = _overrides(trust, upstream_ca, as_user)
+    base = config_path.resolve().parent
+    # a scaffold as `init` wrote it is made from its stored form, as `run` does; any other
+    # cage.yaml is parsed and validated by the model
+    spec = _unedited_scaffold(config_path, overrides)
+    if spec is not None:
+        _service().create_spec(spec, base, project, start=not no_start, overrides=overrides)
+        name = spec.name
+    else:
+        from agentcage.config.load import load_config
 
-    config = load_config(config_path)
-    _service().create(config, config_path.resolve().parent, project, start=not no_start,
-                      overrides=_overrides(trust, upstream_ca, as_user))
-    out.print(f"cage {config.name} {'created' if no_start else 'running'}")
+        config = load_config(config_path)
+        _service().create(config, base, project, start=not no_start, overrides=overrides)
+        name = config.name
+    out.print(f"cage {name} {'created' if no_start else 'running'}")
+
+
+def _unedited_scaffold(config_path: Path, overrides):
+    """The spec of `config_path` if it is a scaffold's text, unedited; else None."""
+    from agentcage.config.scaffolds import unedited_spec
+    from agentcage.config.syntax import MAX_CONFIG_BYTES
+
+    try:
+        with config_path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None  # the model's loader says what is wrong
+    if len(raw) > MAX_CONFIG_BYTES:
+        return None
+    return unedited_spec(text, overrides)
 
 
 @cage.command("update")
@@ -321,13 +346,11 @@ def _emit(doc: dict) -> None:
 
 def _ls(as_json: bool) -> None:
     """The cages on this machine, with their status and lifecycle."""
-    from agentcage.output import cages_lines, document
+    from agentcage import listing
 
     rows = _service().ls()
-    if as_json:
-        _emit(document("cages", cages=rows))
-        return
-    out.print(cages_lines(rows))
+    sys.stdout.write(listing.document(rows) if as_json
+                     else listing.text(rows, listing.styled()))
 
 
 cli.command("ls")(JSON_FLAG(_ls))

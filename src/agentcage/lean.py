@@ -11,6 +11,9 @@ per message line on stderr, and an interrupt (Ctrl-C without a terminal, SIGTERM
 click ends any command. Errors are printed by the full CLI's own reporter, imported only
 then, so a failure reads exactly as it does there.
 
+`agentcage ls [--json]` (and `cage ls`) is answered here too, through listing.py, which the
+full CLI prints with as well.
+
 Anything else (an option, no `--`, a missing command, `--help`) is not parsed here at all: it
 goes to the full CLI, which parses and reports it. A command that starts a cage gets one thing
 done first: the gateway zygote is started if none runs (see `warm_zygote`).
@@ -44,6 +47,27 @@ def plain_form(args: Sequence[str]) -> tuple[str, list[str] | None] | None:
     if len(tail) >= 2 and tail[0] == "--":
         return name, tail[1:]
     return None
+
+
+def listing_form(args: Sequence[str]) -> bool | None:
+    """For `[cage] ls [--json]`: whether --json was given; None for anything else."""
+    rest = list(args[1:]) if args[:1] == ["cage"] else list(args)
+    if rest == ["ls"]:
+        return False
+    if rest == ["ls", "--json"]:
+        return True
+    return None
+
+
+def list_cages(as_json: bool) -> int:
+    """`agentcage ls`, through the listing the full CLI prints too (listing.py)."""
+    from agentcage import listing
+    from agentcage.state import StateStore
+
+    found = listing.rows(StateStore())
+    sys.stdout.write(listing.document(found) if as_json
+                     else listing.text(found, listing.styled()))
+    return 0
 
 
 def run(name: str, command: list[str] | None) -> int:
@@ -116,6 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return report(e)
     plain = plain_form(args)
+    as_json = listing_form(args)
+    if plain is None and as_json is not None:
+        try:
+            return list_cages(as_json)
+        except AgentcageError as e:
+            from agentcage.cli import report
+
+            return report(e)
     if plain is None:
         warmed = starts_a_cage(args) and warm_zygote()
         from agentcage.cli import main as full
@@ -150,7 +182,7 @@ def entry() -> NoReturn:
     """The `agentcage` command (the console script; `python -m agentcage.cli`)."""
     args = sys.argv[1:]
     code = main()
-    if plain_form(args) is not None or args[:1] == ["run"]:
+    if plain_form(args) is not None or listing_form(args) is not None or args[:1] == ["run"]:
         _exit_now(code)
     sys.exit(code)
 

@@ -22,22 +22,6 @@ def document(kind: str, **body: Any) -> dict[str, Any]:
     return {"tool": "agentcage", "kind": kind, "schema_version": DOCUMENT_VERSION, **body}
 
 
-def _cages(rows: list[dict[str, Any]], width: int) -> list[Text]:
-    if not rows:
-        return [Text("no cages")]
-    lines = [record([Cell("STATUS", 8), Cell("LIFECYCLE", 10)], "NAME")]
-    lines[0].stylize("bold")
-    for row in rows:
-        style = "green" if row["status"] == "running" else "yellow"
-        cells = [Cell(str(row["status"]), 8, style), Cell(str(row["lifecycle"]), 10)]
-        lines.append(record(cells, str(row["name"])))
-    return lines
-
-
-def cages_lines(rows: list[dict[str, Any]]) -> Lines:
-    return Lines(lambda width: _cages(rows, width))
-
-
 def _secrets(doc: dict[str, Any], width: int) -> list[Text]:
     lines = [Text(f"backend: {doc['backend']} ({doc['backend_reason']})")]
     if not doc["secrets"]:

@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage.errors import StateError
@@ -96,11 +95,30 @@ def read_json(path: Path, kind: type | None = None) -> Any:
     return value
 
 
-@dataclass(frozen=True)
 class CageDir:
-    """The files of one cage. Only paths here; reading and writing is done by the services."""
+    """The files of one cage. Only paths here; reading and writing is done by the services.
 
+    A value (equal, and hashed, by its directory). Not a dataclass: `ls` and `exec` import this
+    module, and the dataclasses module (with inspect, which it imports) costs them half again
+    what the interpreter's own start does."""
+
+    __slots__ = ("root",)
     root: Path
+
+    def __init__(self, root: Path):
+        object.__setattr__(self, "root", root)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"CageDir is immutable: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CageDir) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"CageDir(root={self.root!r})"
 
     @property
     def name(self) -> str:

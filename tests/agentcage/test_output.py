@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.cells import cell_len
 from rich.console import Console
 
-from agentcage.output import cages_lines, document, domains_lines, secrets_lines
+from agentcage.output import document, domains_lines, secrets_lines
 
 PLACEHOLDER = "agentcage:secret:ANTHROPIC_API_KEY:0123456789abcdef0123456789abcdef"
 AGENTCAGE = str(Path(sys.executable).parent / "agentcage")
@@ -56,10 +56,40 @@ def test_domain_list_keeps_patterns_whole():
 
 
 def test_cage_list_and_empty_list():
-    assert _render(cages_lines([]))[0] == "no cages"
-    lines = _render(cages_lines([{"name": "a-cage-with-a-long-name-" * 3, "status": "running",
-                                  "lifecycle": "persistent"}]))
-    assert lines[1].rstrip().endswith("a-cage-with-a-long-name-" * 3)
+    from agentcage import listing
+
+    assert listing.text([], color=False) == "no cages\n"
+    long = "a-cage-with-a-long-name-" * 3
+    lines = listing.text([{"name": long, "status": "running", "lifecycle": "persistent"}],
+                         color=False).splitlines()
+    assert lines == ["STATUS   LIFECYCLE  NAME", f"running  persistent {long}"]
+
+
+def test_the_cage_list_on_a_terminal_has_the_styles_rich_gives_the_other_listings():
+    """The lean `ls` renders without rich: what it writes on a terminal is what rich writes
+    for the same records (agentsec's layout, bold header, green running, yellow else)."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    from agentcage import listing
+    from agentsec.render.lines import Cell, record
+
+    rows = [{"name": "web", "status": "running", "lifecycle": "persistent"},
+            {"name": "old", "status": "stopped", "lifecycle": "ephemeral"}]
+    lines: list[Text] = [record([Cell("STATUS", 8), Cell("LIFECYCLE", 10)], "NAME")]
+    lines[0].stylize("bold")
+    for row in rows:
+        style = "green" if row["status"] == "running" else "yellow"
+        lines.append(record([Cell(row["status"], 8, style), Cell(row["lifecycle"], 10)],
+                            row["name"]))
+    sink = io.StringIO()
+    console = Console(file=sink, force_terminal=True, color_system="standard", width=80)
+    for line in lines:
+        console.print(line)
+    assert listing.text(rows, color=True) == sink.getvalue()
+    assert document("cages")["schema_version"] == listing.DOCUMENT_VERSION
 
 
 def test_documents_are_versioned():

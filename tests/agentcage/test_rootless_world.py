@@ -116,6 +116,8 @@ def test_a_rootless_scaffold_cage_runs_as_the_user_and_verify_scores_it_at_most_
     project = user.create_from_scaffold(world, name, "claude-code")
     state = runtime(user, name)
     assert state["status"] == "running"
+    listed = user("ls").stdout.splitlines()  # from outside the cages' namespaces
+    assert any(line.split()[::2] == ["running", name] for line in listed), listed
     # every process of the cage is the user's on the host: the gateway, and the workload
     assert owner_of(user, state["gateway_pid"]) == USER
     r = user("exec", name, "--", "sh", "-c", "id -u; cat /proc/self/status | grep CapEff; "

@@ -186,3 +186,35 @@ def test_the_state_file_reads_back_as_exactly_what_was_written():
 def test_a_cage_yaml_written_to_the_state_loads_back_as_the_same_model(text):
     config = load_config_text(text)
     assert load_config_text(dump_config(config)) == config
+
+
+@pytest.mark.parametrize("scaffold", sorted(scaffold_names()))
+@pytest.mark.parametrize("overrides", [
+    Overrides(),
+    Overrides(trust=["10.200.0.0/16"], upstream_ca=["/etc/ssl/certs/ca-certificates.crt"],
+              host_user=1234),
+], ids=["none", "create's options"])
+def test_create_of_an_unedited_scaffold_makes_what_the_model_makes(scaffold, overrides):
+    from dataclasses import replace
+
+    from agentcage.config.scaffolds import scaffold_text, unedited_spec
+
+    text = scaffold_text(scaffold, "made")
+    fast = unedited_spec(text, overrides)
+    assert fast is not None  # the form vouches for it
+    model = apply_overrides(load_config_text(text), **asdict(replace(overrides,
+                                                                     name="made"))).spec()
+    assert fast == model
+
+
+@pytest.mark.parametrize("edit", [
+    lambda t: t + "# a comment of the user's\n",  # the same cage, but not the text: the model
+    lambda t: t.replace("lifecycle: interactive", "lifecycle: service"),
+    lambda t: t.replace("scaffold: minimal", "scaffold: nonesuch"),
+    lambda t: t.replace("name: made", "name: Bad Name"),
+    lambda t: "",
+])
+def test_anything_but_an_unedited_scaffold_goes_to_the_model(edit):
+    from agentcage.config.scaffolds import scaffold_text, unedited_spec
+
+    assert unedited_spec(edit(scaffold_text("minimal", "made")), None) is None

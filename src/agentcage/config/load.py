@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from agentcage.config import syntax
 from agentcage.config.document import document_text
 from agentcage.config.model import CageConfig
 from agentcage.config.overrides import Overrides, apply
@@ -20,7 +21,7 @@ _MAX_VALUE_CHARS = 60
 # A cage.yaml is a page of settings. These bounds keep a hostile or broken file (a YAML alias
 # bomb, megabytes of domains, nesting thousands deep) from hanging the CLI or exhausting memory:
 # such a file is refused with one line before anything else happens.
-MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_BYTES = syntax.MAX_CONFIG_BYTES
 MAX_NODES = 100_000
 MAX_DEPTH = 64
 

@@ -89,6 +89,36 @@ def scaffold_spec(scaffold: str, overrides: Overrides) -> CageSpec:
     return apply_overrides(config, **asdict(overrides)).spec()
 
 
+def unedited_spec(text: str, overrides: Overrides | None) -> CageSpec | None:
+    """The spec of a cage.yaml that is a scaffold's text as `init` wrote it, unedited (the
+    README's flow), with the command line's `overrides` applied: from the scaffold's stored
+    form, as `run` makes its spec, so that `cage create` needs no model. None for any other
+    text, or overrides the form cannot vouch for: the model decides (and refuses, in its
+    words)."""
+    from dataclasses import replace
+
+    from agentcage.config.forms import FORMS
+    from agentcage.config.overrides import Overrides, vouched
+    from agentcage.config.spec import CageSpec
+
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key in ("name", "scaffold") and key not in found:
+            found[key] = value.strip()
+    name, scaffold = found.get("name"), found.get("scaffold")
+    if not name or not scaffold or ALIASES.get(scaffold, scaffold) not in FORMS:
+        return None
+    try:
+        if text != scaffold_text(scaffold, name):
+            return None
+    except ConfigError:
+        return None
+    form = FORMS[ALIASES.get(scaffold, scaffold)]
+    doc = vouched(json.loads(json.dumps(form)), replace(overrides or Overrides(), name=name))
+    return CageSpec.of(doc) if doc is not None else None
+
+
 # ---- forms.py -----------------------------------------------------------------------------------
 
 _FORM_NAME = "scaffold-form"  # the name a form is made with (any valid one; it is replaced)

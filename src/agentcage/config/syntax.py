@@ -12,6 +12,8 @@ import re
 
 from agentcage.mounts import target_refusal, written_source_refusal
 
+MAX_CONFIG_BYTES = 1024 * 1024  # a cage.yaml is a page of settings (see load.py's bounds)
+
 _UPLINK_NS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _SIZE = re.compile(r"(\d+)([kmg]?)")
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}

@@ -66,15 +66,17 @@ def drop_groups() -> list[str]:
     return ["--clear-groups"] if groups_settable() else ["--keep-groups"]
 
 
-# Commands that never touch a cage: they run where they are called, starting nothing.
-_OUTSIDE = frozenset({"doctor", "init", "--help", "-h", "--version", "help"})
+# Commands that never touch a cage's namespaces: they run where they are called, starting
+# nothing (`ls` reads state files and /proc, which look the same from outside).
+_OUTSIDE = frozenset({"doctor", "init", "ls", "--help", "-h", "--version", "help"})
 
 
 def join_for(args: list[str]) -> None:
     """For a user who is not root: join the rootless cages' namespaces (the holder started
     first if need be) before a command that may touch a cage. Nothing for root, for a process
     already inside, or for a command of `_OUTSIDE`. HostCheckError when this host cannot."""
-    if os.geteuid() == 0 or not args or args[0] in _OUTSIDE or "--help" in args:
+    verb = args[1:2] if args[:1] == ["cage"] else args[:1]
+    if os.geteuid() == 0 or not verb or verb[0] in _OUTSIDE or "--help" in args:
         return
     from agentcage.rootless import holder
     from agentcage.state import locked_dir, state_root
