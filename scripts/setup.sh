@@ -9,6 +9,7 @@ APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-l
     podman runc debootstrap
     slirp4netns uidmap  # rootless cages: their uplink, and subordinate id maps
     python3-pip  # pip inside the cage (the package-install workload tests)
+    vim  # a person editing a cage (agentcage edit) in vi, at a terminal
     tmux)  # the tests drive the agents' TUIs at a terminal (send-keys, capture-pane)
 
 log() { printf '[setup] %s\n' "$*" >&2; }

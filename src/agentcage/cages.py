@@ -50,6 +50,10 @@ def load_config(path: Path) -> CageConfig:
 # start reads the form when cage.yaml is still that text (the model, and the pydantic import
 # it costs, a good part of a start, are then not needed); else cage.yaml is validated anew.
 FORM_FILE = "cage.form.json"
+# The cage.yaml a cage was last made from, as its user wrote it (comments and all), and where:
+# what `agentcage edit` opens (the state's cage.yaml is the whole validated form, every
+# default spelled out).
+SOURCE_FILE = "cage.source.json"
 
 
 def _digest(data: bytes) -> str:
@@ -121,6 +125,24 @@ class CageService:
             self.store.remove(spec.name, keep=KEPT)
             raise
         return cage
+
+    def record_source(self, name: str, path: Path | None, text: str) -> None:
+        """Keep `text`, the cage.yaml the cage `name` was just made or updated from."""
+        write_json(self._existing(name).root / SOURCE_FILE,
+                   {"path": str(path.resolve()) if path else None, "text": text})
+
+    def source(self, name: str) -> tuple[Path | None, str]:
+        """(where it was read, the text) of the cage.yaml to edit: the one the cage was last
+        made from, or, for a cage made before they were kept, its stored form."""
+        cage = self._existing(name)
+        try:
+            doc = read_json(cage.root / SOURCE_FILE, dict)
+            if isinstance(doc.get("text"), str):
+                return (Path(doc["path"]) if isinstance(doc.get("path"), str) else None,
+                        doc["text"])
+        except StateError:
+            pass
+        return None, cage.config.read_text()
 
     def _refuse_taken(self, name: str) -> None:
         cage = self.store.cage(name)

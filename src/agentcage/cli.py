@@ -222,17 +222,25 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
     base = config_path.resolve().parent
     # a scaffold as `init` wrote it is made from its stored form, as `run` does; any other
     # cage.yaml is parsed and validated by the model
+    service = _service()
     spec = _unedited_scaffold(config_path, overrides)
     if spec is not None:
-        _service().create_spec(spec, base, project, start=not no_start, overrides=overrides)
+        service.create_spec(spec, base, project, start=not no_start, overrides=overrides)
         name = spec.name
     else:
         from agentcage.config.load import load_config
 
         config = load_config(config_path)
-        _service().create(config, base, project, start=not no_start, overrides=overrides)
+        service.create(config, base, project, start=not no_start, overrides=overrides)
         name = config.name
+    _keep_source(service, name, config_path)
     out.print(f"cage {name} {'created' if no_start else 'running'}")
+
+
+def _keep_source(service, name: str, config_path: Path) -> None:
+    """The cage.yaml as written, for `agentcage edit` (a file gone meanwhile: not kept)."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        service.record_source(name, config_path, config_path.read_text(encoding="utf-8-sig"))
 
 
 def _unedited_scaffold(config_path: Path, overrides):
@@ -271,8 +279,14 @@ def cage_update(name: str, config_path: Path, project: Path | None,
     from agentcage.config.load import load_config
 
     config = load_config(config_path)
-    result = _service().update(name, config, config_path.resolve().parent, project,
-                               overrides=_overrides(trust, upstream_ca, as_user))
+    service = _service()
+    result = service.update(name, config, config_path.resolve().parent, project,
+                            overrides=_overrides(trust, upstream_ca, as_user))
+    _keep_source(service, name, config_path)
+    _print_update(name, result)
+
+
+def _print_update(name: str, result: dict) -> None:
     kept = (f" (kept from create: {', '.join(result['kept'])})" if result["kept"] else "")
     if not result["changed"]:
         out.print(f"cage {name}: no change{kept}", markup=False)
@@ -282,6 +296,30 @@ def cage_update(name: str, config_path: Path, project: Path | None,
            else "it applies at the next start")
     out.print(f"cage {name}: updated {', '.join(result['changed'])}; {how}{kept}",
               markup=False)
+
+
+def _edit():
+    @click.argument("name", shell_complete=complete_cages)
+    def edit(name: str) -> None:
+        """Edit cage NAME's cage.yaml in $VISUAL or $EDITOR (else vi), then apply it as `cage
+        update` does. An invalid edit changes nothing: edit it again, or leave with the text
+        kept. The file the cage was made from is not changed."""
+        from agentcage.edit import edit as edit_cage
+
+        def again(error: str) -> bool:
+            if not sys.stdin.isatty():
+                return False
+            err.print(f"error: {error}", markup=False)
+            return click.confirm("edit it again?", default=True)
+
+        if not edit_cage(name, _service(), again, lambda result: _print_update(name, result)):
+            out.print(f"cage {name}: no change", markup=False)
+
+    return edit
+
+
+cli.command("edit")(_edit())
+cage.command("edit")(_edit())
 
 
 def _lifecycle(verb: str):

@@ -118,9 +118,11 @@ def dependencies(count: int, direct: int = DIRECT) -> dict[int, list[int]]:
 
 def _filler(name: str, size: int) -> str:
     """`size` characters of text unique to `name`: hex digests, so gzip halves it at most."""
-    out, counter = [], 0
-    while sum(map(len, out)) < size:
+    out: list[str] = []
+    counter = length = 0
+    while length < size:
         out.append(hashlib.sha256(f"{name}:{counter}".encode()).hexdigest() + "\n")
+        length += len(out[-1])
         counter += 1
     return "".join(out)[:size]
 
@@ -139,9 +141,9 @@ def _tarball(files: dict[str, bytes]) -> bytes:
             info.size, info.mtime, info.mode = len(data), _EPOCH, 0o644
             tar.addfile(info, io.BytesIO(data))
     # gzip's own header carries a time too: fixed, so equal calls give equal bytes
-    data = bytearray(raw.getvalue())
-    data[4:8] = _EPOCH.to_bytes(4, "little")
-    return bytes(data)
+    stamped = bytearray(raw.getvalue())
+    stamped[4:8] = _EPOCH.to_bytes(4, "little")
+    return bytes(stamped)
 
 
 def npm_name(i: int) -> str:

@@ -179,12 +179,12 @@ def _write_maps(pid: int) -> str:
     uid, gid = os.getuid(), os.getgid()
     uids = subordinate_range(Path("/etc/subuid"), uid)
     gids = subordinate_range(Path("/etc/subgid"), uid)
-    helpers = shutil.which("newuidmap"), shutil.which("newgidmap")
-    if uids and gids and all(helpers):
+    newuidmap, newgidmap = shutil.which("newuidmap"), shutil.which("newgidmap")
+    if uids and gids and newuidmap and newgidmap:
         # the distribution's shadow helpers, for the ranges the administrator gave this user
-        subprocess.run([helpers[0], str(pid), "0", str(uid), "1", "1", str(uids[0]),
+        subprocess.run([newuidmap, str(pid), "0", str(uid), "1", "1", str(uids[0]),
                         str(uids[1])], check=True, capture_output=True, timeout=10)
-        subprocess.run([helpers[1], str(pid), "0", str(gid), "1", "1", str(gids[0]),
+        subprocess.run([newgidmap, str(pid), "0", str(gid), "1", "1", str(gids[0]),
                         str(gids[1])], check=True, capture_output=True, timeout=10)
         return "subordinate ids"
     Path(f"/proc/{pid}/setgroups").write_text("deny")
