@@ -322,6 +322,8 @@ cli.command("edit")(_edit())
 cage.command("edit")(_edit())
 
 
+
+
 def _lifecycle(verb: str):
     @click.argument("name", shell_complete=complete_cages)
     def command(name: str) -> None:
@@ -393,6 +395,54 @@ def _ls(as_json: bool) -> None:
 
 cli.command("ls")(JSON_FLAG(_ls))
 cage.command("ls")(JSON_FLAG(_ls))  # click takes a function's options when it makes a command
+
+
+@cage.command("backup")
+@click.argument("name", shell_complete=complete_cages)
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the archive to write (FILE.tar.gz)")
+@click.option("--with-secrets", is_flag=True,
+              help="include the secrets, where they stay sealed (systemd-creds: restorable on "
+                   "this machine only)")
+@JSON_FLAG
+def cage_backup(name: str, output: Path, with_secrets: bool, as_json: bool) -> None:
+    """Write cage NAME's configuration, domains, grants, CA, audit log, capture and named
+    volumes to one archive (0600: it holds the cage's CA key)."""
+    from agentcage.backup import backup
+    from agentcage.state import StateStore
+
+    manifest = backup(StateStore(), name, output, with_secrets)
+    if as_json:
+        from agentcage.output import document
+
+        _emit(document("backup", file=str(output), **manifest))
+        return
+    secrets = manifest["secrets"]
+    out.print(f"cage {name}: backed up to {output}", markup=False)
+    if secrets["included"]:
+        out.print(f"secrets included ({', '.join(secrets['keys'])}), sealed by "
+                  f"{secrets['sealed_by']}", markup=False)
+    elif secrets["keys"] or secrets.get("note"):
+        keys = ", ".join(secrets["keys"]) or "see `agentcage secret list`"
+        out.print(f"secrets not included ({keys}): set them again after a restore",
+                  markup=False)
+
+
+@cage.command("restore")
+@click.argument("archive", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", "new_name", help="restore as this cage (default: its own name)")
+def cage_restore(archive: Path, new_name: str | None) -> None:
+    """Make a cage (stopped) from a backup; `agentcage start NAME` starts it."""
+    from agentcage.backup import restore
+    from agentcage.state import StateStore
+
+    manifest = restore(StateStore(), archive, new_name)
+    name = manifest["restored_as"]
+    out.print(f"cage {name}: restored (stopped; `agentcage start {name}`)", markup=False)
+    if not manifest["secrets"]["included"] and (manifest["secrets"]["keys"]
+                                                or manifest["secrets"].get("note")):
+        out.print("its secrets were not in the backup: `agentcage secret set "
+                  f"{name} KEY` for each", markup=False)
 
 
 def _exec_command():
