@@ -23,7 +23,7 @@ import click
 from agentcage import __version__, rootless
 from agentcage.completion import complete_cages, complete_scaffolds
 from agentcage.config.scaffolds import check_scaffold, scaffold_names, scaffold_spec, scaffold_text
-from agentcage.errors import AgentcageError, ConfigError
+from agentcage.errors import AgentcageError, ConfigError, StateError
 
 EXIT_OK, EXIT_ERROR, EXIT_GATE = 0, 1, 2
 
@@ -731,6 +731,93 @@ def zygote_stop() -> None:
     stopped = zygotes.stop_all(state_root())
     out.print(f"stopped: pid {', '.join(map(str, stopped))}" if stopped else "none running",
               markup=False)
+
+
+# ---- the gateway, looked into ----------------------------------------------------------------
+
+@cli.group("gateway")
+def gateway_group() -> None:
+    """Look into a cage's gateway: its state, log, firewall, and commands in its network
+    namespace that can change nothing there."""
+
+
+def _running_cage(name: str):
+    from agentcage.state import StateStore
+
+    cage = StateStore().cage(name)
+    if not cage.exists():
+        raise StateError(f"no cage named {name!r}; see `agentcage ls`")
+    return cage
+
+
+@gateway_group.command("status")
+@click.argument("name", shell_complete=complete_cages)
+@JSON_FLAG
+def gateway_status(name: str, as_json: bool) -> None:
+    """Cage NAME's gateway: process, namespaces, addresses, uplink, what it enforces."""
+    from agentcage import diagnose
+
+    info = diagnose.status(_running_cage(name))
+    if as_json:
+        from agentcage.output import document
+
+        _emit(document("gateway", **info))
+        return
+    up = info["up_seconds"]
+    rate = info["rate_limit"]
+    rows = [("process", f"pid {info['pid']}, up {up:.0f} s" if up is not None
+             else f"pid {info['pid']}"),
+            ("mode", info["mode"]),
+            ("namespaces", f"{info['gateway_namespace']} (gateway), "
+                           f"{info['cage_namespace']} (cage)"),
+            ("addresses", f"{info['gateway_address']} (gateway), {info['cage_address']} "
+                          "(cage)"),
+            ("uplink", info["uplink"]),
+            ("DNS", ", ".join(info["dns_servers"]) or "-"),
+            ("TCP ports", ", ".join(map(str, info["tcp_ports"])) or "-"),
+            ("rate limit", f"{rate['requests_per_second']}/s per host, burst {rate['burst']}"),
+            ("log", info["log"]),
+            ("audit", info["audit"])]
+    for label, value in rows:
+        out.print(f"{label + ':':12} {value}", markup=False, soft_wrap=True)
+
+
+@gateway_group.command("logs")
+@click.argument("name", shell_complete=complete_cages)
+@click.option("--lines", "-n", type=click.IntRange(min=1), default=40, show_default=True)
+def gateway_logs(name: str, lines: int) -> None:
+    """The last lines of cage NAME's gateway log (its start-up and errors; what the cage
+    sent is in `agentcage logs NAME`)."""
+    from agentcage import diagnose
+
+    cage = _running_cage(name)
+    tail = diagnose.log_tail(cage, lines)
+    sys.stdout.write("".join(f"{line}\n" for line in tail) if tail
+                     else f"(the gateway log {cage.gateway_log} is empty)\n")
+
+
+@gateway_group.command("firewall")
+@click.argument("name", shell_complete=complete_cages)
+def gateway_firewall(name: str) -> None:
+    """The nftables ruleset of cage NAME's gateway namespace."""
+    from agentcage import diagnose
+
+    sys.stdout.write(diagnose.firewall(_running_cage(name)))
+
+
+@gateway_group.command("exec")
+@click.argument("name", shell_complete=complete_cages)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def gateway_exec(name: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND in cage NAME's gateway network namespace with no capability (as nobody;
+    rootless: as you): `agentcage gateway exec NAME -- ss -tn`. Reading works; changing an
+    address, a route or the firewall is refused. Exits with the command's status."""
+    import subprocess
+
+    from agentcage import diagnose
+
+    argv = diagnose.exec_argv(_running_cage(name), list(command))
+    sys.exit(subprocess.run(argv).returncode)
 
 
 # ---- domains ----------------------------------------------------------------------------------

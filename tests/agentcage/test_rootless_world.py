@@ -142,6 +142,12 @@ def test_a_rootless_scaffold_cage_runs_as_the_user_and_verify_scores_it_at_most_
     scored = {f["id"] for f in report["summary"]["findings"] if f["severity"] != "info"}
     assert scored == {"FS-003"}, report["summary"]["findings"]
     assert all(a["state"] != "not_measured" for a in report["summary"]["axes"].values())
+    # looked into, changing nothing: the namespace's root, but with no capability
+    r = user("gateway", "exec", name, "--", "sh", "-c", "grep CapEff /proc/self/status; "
+             "ip -br addr; nft flush ruleset && echo FLUSHED")
+    assert r.stdout.split()[1] == "0000000000000000" and "cage0" in r.stdout, r.stdout
+    assert "FLUSHED" not in r.stdout
+    assert "policy drop" in user("gateway", "firewall", name).stdout
     # stopped and started again, as root's cages are
     assert user("stop", name).returncode == 0
     assert user("start", name).returncode == 0
