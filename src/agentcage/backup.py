@@ -179,7 +179,8 @@ def restore(store: StateStore, archive: Path, name: str | None = None) -> dict[s
                 restored.rename(cage.root)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-    except (tarfile.TarError, EOFError, OSError, ValueError, KeyError, TypeError) as e:
+    except (tarfile.TarError, EOFError, OSError, ValueError, KeyError, TypeError,
+            ImportError) as e:
         detail = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise ConfigError(f"{archive}: not a readable cage backup ({detail})") from None
     write_json(cage.runtime, {"status": "stopped"})
@@ -209,7 +210,9 @@ def _ensure(directory: Path) -> Path:
 
 def _rename(root: Path, new: str) -> None:
     """The restored cage's own name in its configuration files."""
-    doc = json.loads((root / "cage.yaml").read_text())
+    import yaml  # the state's cage.yaml is document_text's YAML (JSON-like, not JSON)
+
+    doc = yaml.safe_load((root / "cage.yaml").read_text())
     doc["name"] = new
     from agentcage.config.document import document_text
 

@@ -73,7 +73,7 @@ def cli() -> None:
 @click.argument("name", required=False, default="my-cage")
 @click.option("--scaffold", "-s", default="minimal", show_default=True,
               shell_complete=complete_scaffolds,
-              help=f"one of: {', '.join(scaffold_names())}")
+              help=f"one of: {', '.join(scaffold_names())}, or one of yours (`scaffold list`)")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("cage.yaml"), show_default=True)
 @click.option("--force", is_flag=True, help="overwrite an existing file")
@@ -652,20 +652,40 @@ def secret_rotate(name: str, keys: tuple[str, ...], as_json: bool) -> None:
 
 @cli.group()
 def scaffold() -> None:
-    """Built-in cage.yaml templates."""
+    """cage.yaml templates: built in, and your own."""
 
 
 @scaffold.command("list")
 @JSON_FLAG
 def scaffold_list(as_json: bool) -> None:
-    """The harnesses `scaffold` can write a cage.yaml for."""
+    """The scaffolds `init` and `run` take: the built-in ones, then your own."""
+    from agentcage.config.scaffolds import user_dir, user_scaffold_names
     from agentcage.output import document
 
+    yours = user_scaffold_names()
     if as_json:
-        _emit(document("scaffolds", scaffolds=scaffold_names()))
+        _emit(document("scaffolds", scaffolds=[*scaffold_names(), *yours], yours=yours,
+                       directory=str(user_dir())))
         return
     for name in scaffold_names():
-        out.print(name)
+        out.print(name, markup=False)
+    for name in yours:
+        out.print(f"{name}  (yours: {user_dir() / name}.yaml)", markup=False, soft_wrap=True)
+
+
+@scaffold.command("create")
+@click.argument("name")
+@click.option("--from", "source", required=True, shell_complete=complete_scaffolds,
+              help="the scaffold it starts as a copy of")
+@click.option("--force", is_flag=True, help="replace a scaffold of yours of that name")
+def scaffold_create(name: str, source: str, force: bool) -> None:
+    """A scaffold of your own, NAME, copied from another to edit; `init --scaffold NAME` and
+    `run NAME` take it."""
+    from agentcage.config.scaffolds import create_user_scaffold
+
+    path = create_user_scaffold(name, source, force)
+    out.print(f"wrote {path} (from {source}); edit it, then `agentcage init my-cage "
+              f"--scaffold {name}` or `agentcage run {name}`", markup=False, soft_wrap=True)
 
 
 @scaffold.command("show")

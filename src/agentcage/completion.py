@@ -23,9 +23,9 @@ def complete_cages(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem
 
 def complete_scaffolds(ctx: Any, param: Any, incomplete: str) -> list[CompletionItem]:
     try:
-        from agentcage.config.scaffolds import scaffold_names
+        from agentcage.config.scaffolds import all_scaffold_names
 
-        names = scaffold_names()
+        names = all_scaffold_names()
     except Exception:
         return []
     return [CompletionItem(name) for name in names if name.startswith(incomplete)]

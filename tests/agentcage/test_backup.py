@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.agentcage.conftest import AGENT_UID, make_project
 
@@ -109,7 +110,7 @@ def test_a_backup_restores_the_same_cage_and_leaves_its_secrets_out(home, kept):
     # again, beside it, under another name: its configuration names the new cage
     r = cli(home, "cage", "restore", str(archive), "--name", "copy")
     assert r.returncode == 0, r.stderr
-    doc = json.loads((cage_dir(home, "copy") / "cage.yaml").read_text())
+    doc = yaml.safe_load((cage_dir(home, "copy") / "cage.yaml").read_text())
     assert doc["name"] == "copy"
     source = json.loads((cage_dir(home, "copy") / "cage.source.json").read_text())
     assert "name: copy\n" in source["text"]

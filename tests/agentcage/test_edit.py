@@ -5,7 +5,6 @@ starting (`--no-start`): editing touches only the state, no network."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.agentcage.conftest import make_project
 from tests.tmux_screen import Screen
@@ -58,7 +58,7 @@ def created(home: Path, name: str) -> Path:
 
 
 def stored_allow(home: Path, name: str) -> list[str]:
-    doc = json.loads((home / "state" / "cages" / name / "cage.yaml").read_text())
+    doc = yaml.safe_load((home / "state" / "cages" / name / "cage.yaml").read_text())
     return doc["domains"]["allow"]
 
 

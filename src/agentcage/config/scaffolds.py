@@ -37,21 +37,77 @@ def scaffold_names() -> list[str]:
     return sorted(f.removesuffix(".yaml") for f in files)
 
 
+def user_dir() -> Path:
+    """Where a user's own scaffolds live (`scaffold create`): beside their cages' state."""
+    from agentcage.state import state_root
+
+    return state_root() / "scaffolds"
+
+
+def user_scaffold_names() -> list[str]:
+    directory = user_dir()
+    if not directory.is_dir():
+        return []
+    return sorted(p.name.removesuffix(".yaml") for p in directory.iterdir()
+                  if p.name.endswith(".yaml") and NAME_RE.match(p.name.removesuffix(".yaml")))
+
+
+def all_scaffold_names() -> list[str]:
+    """The built-in scaffolds, then the user's own."""
+    return [*scaffold_names(), *user_scaffold_names()]
+
+
 def _unknown(scaffold: str) -> ConfigError:
-    known = ", ".join(scaffold_names())
+    known = ", ".join(all_scaffold_names())
     return ConfigError(f"scaffold {scaffold!r} does not exist; choose one of: {known}")
+
+
+def _template(scaffold: str) -> str:
+    """A scaffold's text with its name placeholder: built in, else the user's own."""
+    key = ALIASES.get(scaffold, scaffold)
+    if key in scaffold_names():
+        return (_dir() / f"{key}.yaml").read_text()
+    if NAME_RE.match(key) and key in user_scaffold_names():
+        try:
+            return (user_dir() / f"{key}.yaml").read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"scaffold {key}: cannot read {user_dir() / key}.yaml "
+                              f"({getattr(e, 'strerror', None) or e})") from None
+    raise _unknown(scaffold)
 
 
 def scaffold_text(scaffold: str, name: str) -> str:
     """The commented cage.yaml of `scaffold` for a cage called `name`."""
-    key = ALIASES.get(scaffold, scaffold)
-    if key not in scaffold_names():
-        raise _unknown(scaffold)
+    template = _template(scaffold)
     if not NAME_RE.match(name):
         raise ConfigError(
             f"name {name!r}: use 1-63 of a-z, 0-9 and '-', starting with a letter or digit"
         )
-    return (_dir() / f"{key}.yaml").read_text().replace(_PLACEHOLDER, name)
+    return template.replace(_PLACEHOLDER, name)
+
+
+def create_user_scaffold(name: str, source: str, force: bool = False) -> Path:
+    """The user's own scaffold `name`, a copy of `source` (built in or theirs) to edit."""
+    if not NAME_RE.match(name):
+        raise ConfigError(f"scaffold name {name!r}: use 1-63 of a-z, 0-9 and '-', starting "
+                          "with a letter or digit")
+    if name in scaffold_names() or name in ALIASES:
+        raise ConfigError(f"{name} is a built-in scaffold; choose another name")
+    template = _template(source)
+    lines = template.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("scaffold:"):
+            lines[i] = f"scaffold: {name}\n"
+            break
+    path = user_dir() / f"{name}.yaml"
+    if path.exists() and not force:
+        raise ConfigError(f"{path} exists; --force replaces it")
+    from agentcage.state import atomic_write, ensure_private_dir
+
+    ensure_private_dir(user_dir().parent)
+    ensure_private_dir(user_dir())
+    atomic_write(path, "".join(lines), mode=0o644)
+    return path
 
 
 def check_scaffold(scaffold: str) -> None:

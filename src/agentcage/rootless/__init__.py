@@ -68,7 +68,8 @@ def drop_groups() -> list[str]:
 
 # Commands that never touch a cage's namespaces: they run where they are called, starting
 # nothing (`ls` reads state files and /proc, which look the same from outside).
-_OUTSIDE = frozenset({"doctor", "init", "ls", "--help", "-h", "--version", "help"})
+_OUTSIDE = frozenset({"doctor", "init", "ls", "scaffold", "--help", "-h", "--version",
+                      "help"})
 
 
 def join_for(args: list[str]) -> None:
