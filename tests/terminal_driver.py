@@ -10,10 +10,13 @@ import time
 from collections.abc import Mapping, Sequence
 
 
-def drive(argv: Sequence[str], keystrokes: Sequence[bytes], env: Mapping[str, str],
-          timeout: float = 60, quiet: float = 0.5, after: str | None = None) -> tuple[str, int]:
+def drive(argv: Sequence[str], keystrokes: Sequence[bytes | tuple[str, bytes]],
+          env: Mapping[str, str], timeout: float = 60, quiet: float = 0.5,
+          after: str | None = None) -> tuple[str, int]:
     """(everything the terminal showed, exit code). The command is killed at `timeout`.
-    `after`: nothing is typed before the terminal has shown this text."""
+    `after`: nothing is typed before the terminal has shown this text. A keystroke given as
+    (text, keys) is typed once the terminal has shown `text` since the keystroke before: what
+    a person waits to see (a busy machine makes any fixed pause too short)."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command, with the pty as its controlling terminal
         try:
@@ -21,6 +24,7 @@ def drive(argv: Sequence[str], keystrokes: Sequence[bytes], env: Mapping[str, st
         finally:
             os._exit(127)
     shown, typed = b"", 0
+    mark = 0  # where the output since the last keystroke begins
     last_output = time.monotonic()
     deadline = time.monotonic() + timeout
     try:
@@ -37,8 +41,14 @@ def drive(argv: Sequence[str], keystrokes: Sequence[bytes], env: Mapping[str, st
                 last_output = time.monotonic()
             elif (typed < len(keystrokes) and time.monotonic() - last_output > quiet
                   and (after is None or after.encode() in shown)):
-                os.write(fd, keystrokes[typed])
+                key = keystrokes[typed]
+                if isinstance(key, tuple):
+                    wanted, key = key
+                    if wanted.encode() not in shown[mark:]:
+                        continue
+                os.write(fd, key)
                 typed += 1
+                mark = len(shown)
                 last_output = time.monotonic()
         else:
             os.kill(pid, 9)

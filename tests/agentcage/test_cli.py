@@ -373,8 +373,11 @@ def test_interactive_run_gets_a_terminal_but_cannot_inject_into_it(home, net):
 def test_shell_has_job_control_ctrl_c_and_exits_with_the_shells_status(home, net):
     create_cage(home, net, "tty", [])
     env = {**os.environ, "AGENTCAGE_HOME": str(home / "home")}
+    # Ctrl-C once the job runs in the foreground (it says so: the quotes keep the word out
+    # of the command line's echo)
     shown, rc = drive([*AGENTCAGE, "shell", "tty"],
-                      [b"sleep 30\r", b"\x03", b"echo after $?\r", b"exit 7\r"], env)
+                      [b"sh -c 'echo run''ning; exec sleep 30'\r", ("running", b"\x03"),
+                       b"echo after $?\r", b"exit 7\r"], env)
     # Ctrl-C reached the job in the cage (status 130), not agentcage; the shell went on
     assert "after 130" in shown, shown
     assert "Cannot set tty process group" not in shown, shown
