@@ -700,14 +700,24 @@ def scaffold_show(name: str) -> None:
 @JSON_FLAG
 def prune(yes: bool, as_json: bool) -> None:
     """Remove ephemeral cages and cages whose gateway died, and stop the gateway zygote (the
-    next cage starts a fresh one)."""
+    next cage starts a fresh one); for a rootless user with no cage running, their cages'
+    holder too."""
     from agentcage.backends import zygote as zygotes
     from agentcage.output import document
     from agentcage.state import state_root
 
     _confirm("remove ephemeral and broken cages?", yes)
-    removed = _service().prune()
+    service = _service()
+    removed = service.prune()
     zygotes.stop_all(state_root())
+    if rootless.active() and not any(row["status"] in ("running", "starting")
+                                     for row in service.ls()):
+        from agentcage.rootless import holder
+
+        # no cage of this user runs: their namespaces' holder goes too (the next command
+        # that needs it starts one)
+        if holder.stop(state_root() / "rootless"):
+            removed.append("the rootless cages' holder")
     if as_json:
         _emit(document("pruned", removed=removed))
         return

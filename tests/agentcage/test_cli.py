@@ -382,6 +382,13 @@ def test_shell_has_job_control_ctrl_c_and_exits_with_the_shells_status(home, net
     assert "after 130" in shown, shown
     assert "Cannot set tty process group" not in shown, shown
     assert rc == 7, shown
+    # the same from a caller that ignores SIGINT and SIGQUIT (a background job's lot): the
+    # cage's commands do not inherit that
+    shown, rc = drive(["sh", "-c", 'trap "" INT QUIT; exec "$0" "$@"', *AGENTCAGE, "shell",
+                       "tty"],
+                      [b"sh -c 'echo run''ning; exec sleep 30'\r", ("running", b"\x03"),
+                       b"echo after $?\r", b"exit 7\r"], env)
+    assert "after 130" in shown and rc == 7, shown
     # without a terminal, `shell` runs the commands it reads, with their status too
     r = subprocess.run([*AGENTCAGE, "shell", "tty"], input="echo piped; exit 4\n", env=env,
                        capture_output=True, text=True, timeout=60)

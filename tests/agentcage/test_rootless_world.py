@@ -155,6 +155,15 @@ def test_a_rootless_scaffold_cage_runs_as_the_user_and_verify_scores_it_at_most_
     r = user("destroy", "-y", name)
     assert r.returncode == 0, r.stderr
     assert not any(Path(d).exists() for d in cage_cgroups)
+    # no cage left running: prune ends the holder, its keeper and slirp4netns
+    holder = json.loads((user.state / "rootless" / "holder.json").read_text())
+    r = user("prune", "-y")
+    assert r.returncode == 0 and "the rootless cages' holder" in r.stdout, r.stdout + r.stderr
+    assert not (user.state / "rootless" / "holder.json").exists()
+    for pid in (holder["keeper"], holder["holder"], holder["slirp"]):
+        # gone, or a zombie (the fake host's init, a sleep, reaps nothing)
+        gone = user.sh(f"test ! -e /proc/{pid} || grep -q '^State:.*Z' /proc/{pid}/status")
+        assert gone.returncode == 0, pid
 
 
 @pytest.mark.netns

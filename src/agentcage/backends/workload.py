@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import os
 import select
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -188,7 +189,12 @@ def _stages_volumes() -> bool:
 def _before_exec(cgroup_dirs: tuple[str, ...], stager: volumes.Stager | None) -> None:
     """In the child, before nsenter/setpriv/bwrap: into the cage's cgroup (its limits hold
     for everything the command starts), a fresh session keyring, and the named volumes
-    staged where bubblewrap can mount them from (in a mount namespace of this command)."""
+    staged where bubblewrap can mount them from (in a mount namespace of this command).
+    Interrupts as a terminal sends them act on the cage's commands whatever the caller
+    ignored: a shell started from a background job (SIGINT and SIGQUIT ignored, as POSIX
+    has them) would else pass that on, and Ctrl-C in the cage would stop nothing."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
     cgroups.join(cgroup_dirs)
     join_new_session_keyring()
     if stager is not None:

@@ -173,6 +173,20 @@ def enter(holder: Holder) -> None:
     os.chdir(cwd)  # the same directory, as the mount namespace joined sees it
 
 
+def stop(directory: Path) -> bool:
+    """End the holder recorded in `directory` (its keeper ends it, slirp4netns and its
+    namespaces with it, once nothing else is in them); whether one was running."""
+    found = running(directory)
+    if found is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(found.keeper, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and process_start(found.holder) == found.holder_start:
+        time.sleep(0.02)
+    return True
+
+
 # ---- the keeper and the holder (python -m agentcage.rootless.holder DIR) ------------------------
 
 def _write_maps(pid: int) -> str:
