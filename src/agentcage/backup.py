@@ -64,7 +64,7 @@ def _members(cage: CageDir, with_secrets: bool) -> tuple[list[Path], dict[str, A
     sealed = [n for n in stored if n.endswith(SEALED_BY_HOST)]
     others = [n for n in stored if n not in sealed and n != PLACEHOLDERS
               and not n.startswith(".")]
-    keys = sorted(n.removesuffix(".cred") for n in sealed)
+    keys = sorted({n.removesuffix(".cred") for n in sealed} | _book_names(secrets_dir))
     info: dict[str, Any] = {"included": False, "keys": keys}
     if others:
         info["note"] = ("the encrypted-file store's key lies beside it (it would travel "
@@ -81,6 +81,18 @@ def _members(cage: CageDir, with_secrets: bool) -> tuple[list[Path], dict[str, A
         info = {"included": True, "keys": keys, "sealed_by": "systemd-creds, this machine's "
                 "host key: restorable on this machine only"}
     return paths, info
+
+
+def _book_names(secrets_dir: Path) -> set[str]:
+    """The names of the cage's secrets, from its placeholder book (names, never values), so
+    that a manifest names them whatever store holds them."""
+    from agentcage.secrets.book import PlaceholderBook
+    from agentcage.secrets.errors import SecretStoreError
+
+    try:
+        return set(PlaceholderBook(secrets_dir).load())
+    except SecretStoreError:
+        return set()
 
 
 def backup(store: StateStore, name: str, output: Path, with_secrets: bool = False

@@ -716,7 +716,7 @@ def prune(yes: bool, as_json: bool) -> None:
 
         # no cage of this user runs: their namespaces' holder goes too (the next command
         # that needs it starts one)
-        if holder.stop(state_root() / "rootless"):
+        if holder.stop(state_root() / rootless.DIRECTORY):
             removed.append("the rootless cages' holder")
     if as_json:
         _emit(document("pruned", removed=removed))

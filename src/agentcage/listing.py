@@ -21,25 +21,15 @@ DOCUMENT_VERSION = 1  # output.document's (a test holds them equal)
 _BOLD, _GREEN, _YELLOW, _RESET = "\x1b[1m", "\x1b[32m", "\x1b[33m", "\x1b[0m"
 
 
-def _gateway_alive(runtime: dict, cage: CageDir) -> bool:
-    """Whether the gateway runtime.json records is still that process (gateways.py's
-    `recorded_gateway`, without the launcher's imports)."""
-    pid = runtime.get("gateway_pid")
-    if not pid:
-        return False
-    from agentcage.backends import host
-
-    start = runtime.get("gateway_start")
-    if start is not None:
-        return host.is_process(int(pid), int(start))
-    return host.pid_matches(int(pid), str(cage.gateway_settings))
-
-
 def status(cage: CageDir) -> dict:
     """runtime.json, `broken` when it says running and its gateway is gone (the end recorded
-    in the audit log unless its supervisor did)."""
+    in the audit log unless its supervisor did). The namespace backend's `status` too."""
     runtime = read_json(cage.runtime, dict) if cage.runtime.exists() else {"status": "stopped"}
-    if runtime.get("status") == "running" and not _gateway_alive(runtime, cage):
+    if runtime.get("status") != "running":
+        return runtime
+    from agentcage.backends import host
+
+    if host.recorded_gateway(runtime, cage) is None:
         runtime = {**runtime, "status": "broken"}
         pid = runtime.get("gateway_pid")
         from agentcage.gateway import obituary

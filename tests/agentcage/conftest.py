@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,3 +166,27 @@ def assert_gone(runtime: dict) -> None:
     pid = runtime.get("gateway_pid")
     if pid:
         assert not host.alive(int(pid)), "gateway process left behind"
+
+
+AGENTCAGE_SCRIPT = str(Path(sys.executable).with_name("agentcage"))  # the console script
+
+
+@pytest.fixture
+def user_home() -> Iterator[Path]:
+    """A home of the CLI's user in /tmp (reachable by the workload's uid), removed after."""
+    root = Path(tempfile.mkdtemp(prefix="agentcage-home-"))
+    os.chmod(root, 0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_cli(home: Path, *args: str, env: dict[str, str] | None = None,
+            stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`agentcage *args` as its user runs it from `home`, with the state in home/state."""
+    base = {"PATH": os.environ["PATH"], "AGENTCAGE_HOME": str(home / "state"),
+            "HOME": str(home), "LANG": "C.UTF-8", **(env or {})}
+    return subprocess.run([AGENTCAGE_SCRIPT, *args], env=base, capture_output=True, text=True,
+                          timeout=timeout, cwd=home, input=stdin,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)

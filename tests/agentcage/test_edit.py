@@ -6,20 +6,17 @@ starting (`--no-start`): editing touches only the state, no network."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.agentcage.conftest import make_project
+from tests.agentcage.conftest import AGENTCAGE_SCRIPT as AGENTCAGE
+from tests.agentcage.conftest import make_project, run_cli
 from tests.tmux_screen import Screen
 
-AGENTCAGE = str(Path(sys.executable).with_name("agentcage"))
 CAGE_YAML = """\
 # my cage: written by hand
 name: {name}
@@ -30,22 +27,13 @@ domains:
 
 
 @pytest.fixture
-def home() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="agentcage-edit-"))
-    os.chmod(root, 0o755)
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def home(user_home: Path) -> Path:
+    return user_home
 
 
 def cli(home: Path, *args: str, env: dict[str, str] | None = None,
         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": os.environ["PATH"], "AGENTCAGE_HOME": str(home / "state"),
-            "HOME": str(home), "LANG": "C.UTF-8", **(env or {})}
-    return subprocess.run([AGENTCAGE, *args], env=base, capture_output=True, text=True,
-                          timeout=60, cwd=home, input=stdin,
-                          stdin=None if stdin is not None else subprocess.DEVNULL)
+    return run_cli(home, *args, env=env, stdin=stdin)
 
 
 def created(home: Path, name: str) -> Path:

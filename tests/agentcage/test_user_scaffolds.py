@@ -5,34 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import yaml
 
-AGENTCAGE = str(Path(sys.executable).with_name("agentcage"))
+from tests.agentcage.conftest import run_cli
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "AGENTCAGE_HOME": str(home / "state"),
-           "HOME": str(home), "LANG": "C.UTF-8"}
-    return subprocess.run([AGENTCAGE, *args], env=env, capture_output=True, text=True,
-                          timeout=60, cwd=home, stdin=subprocess.DEVNULL)
+    return run_cli(home, *args)
 
 
-def test_a_scaffold_of_ones_own_is_copied_edited_listed_and_used():
-    tmp = Path(tempfile.mkdtemp(prefix="agentcage-scaffolds-"))  # /tmp: the agent uid's too
-    os.chmod(tmp, 0o755)
-    try:
-        _copied_edited_listed_and_used(tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _copied_edited_listed_and_used(tmp_path: Path) -> None:
+def test_a_scaffold_of_ones_own_is_copied_edited_listed_and_used(user_home):
+    tmp_path = user_home  # in /tmp: the workload's uid reaches the project there
     r = cli(tmp_path, "scaffold", "create", "team-agent", "--from", "claude-code")
     assert r.returncode == 0, r.stderr
     mine = tmp_path / "state" / "scaffolds" / "team-agent.yaml"

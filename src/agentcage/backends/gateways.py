@@ -66,18 +66,6 @@ class GatewayProcess:
             self.forked.close()
 
 
-def recorded_gateway(runtime: dict, cage: CageDir) -> int | None:
-    """The pid runtime.json records for the cage's gateway if that process is still it."""
-    pid = runtime.get("gateway_pid")
-    if not pid:
-        return None
-    start = runtime.get("gateway_start")
-    if start is not None:
-        return int(pid) if host.is_process(int(pid), int(start)) else None
-    # recorded without a start time (before they were recorded): the spawned command line
-    return int(pid) if host.pid_matches(int(pid), str(cage.gateway_settings)) else None
-
-
 @dataclass
 class Pending:
     """A gateway on its way: already spawned (it waits for its settings), or to be forked by

@@ -17,6 +17,10 @@ from pathlib import Path
 from agentcage import procfs
 from agentcage.errors import BackendError
 
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing here)
+if TYPE_CHECKING:
+    from agentcage.state import CageDir
+
 
 def run(argv: list[str], *, check: bool = True, input: str | None = None,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -245,6 +249,18 @@ def is_process(pid: int, start: int | None) -> bool:
     """Whether `pid` is alive and, given its start time, still the process that started then
     (not another one that got its pid)."""
     return alive(pid) and (start is None or procfs.start_time(pid) == start)
+
+
+def recorded_gateway(runtime: dict, cage: CageDir) -> int | None:
+    """The pid runtime.json records for the cage's gateway if that process is still it."""
+    pid = runtime.get("gateway_pid")
+    if not pid:
+        return None
+    start = runtime.get("gateway_start")
+    if start is not None:
+        return int(pid) if is_process(int(pid), int(start)) else None
+    # recorded without a start time (before they were recorded): the spawned command line
+    return int(pid) if pid_matches(int(pid), str(cage.gateway_settings)) else None
 
 
 def terminate(pids: list[int], grace: float = 3.0) -> None:

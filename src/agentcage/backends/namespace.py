@@ -25,14 +25,12 @@ from agentcage.backends.gateways import (  # noqa: F401  (gateway_environment: i
     Launcher,
     Pending,
     gateway_environment,
-    recorded_gateway,
 )
 from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
-from agentcage.rootless import holder
 from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
 
 if TYPE_CHECKING:
@@ -99,7 +97,7 @@ def upstream_dns_servers(spec: CageSpec) -> tuple[str, ...]:
             # a rootless uplink is slirp4netns's network, where the host's loopback is not
             # reachable: a local stub resolver is asked through slirp4netns's own
             return tuple(s for s in servers if not s.startswith("127.") and s != "::1") \
-                or (holder.SLIRP_DNS,)
+                or (rootless.SLIRP_DNS,)
         if servers:
             return servers
     raise BackendError(
@@ -305,7 +303,7 @@ class NamespaceBackend:
             gateway_address=plan.gateway_address,
             cage_network=plan.cage_network,
             uplink_netns=f"/run/netns/{plan.uplink_ns}" if plan.uplink_ns else "",
-            host_routes_socket=(str(self.store.root / "rootless" / holder.HOST_ROUTES)
+            host_routes_socket=(str(self.store.root / rootless.DIRECTORY / rootless.HOST_ROUTES)
                                 if rootless.active() and not plan.uplink_ns else ""),
             dns_servers=dns_servers,
             policy_path=str(cage.policy),
@@ -396,7 +394,7 @@ class NamespaceBackend:
         victims = host.gateways_of(cage.root)  # by identity, whatever runtime.json says
         if plan is not None:
             victims += host.pids_in_netnses(plan.cage_ns, plan.gw_ns)
-        gw_pid = recorded_gateway(runtime, cage)
+        gw_pid = host.recorded_gateway(runtime, cage)
         if gw_pid is not None:
             victims.append(gw_pid)
         # Killed at once, nothing of the cage is written as it ends: its namespaces' names go
@@ -442,14 +440,9 @@ class NamespaceBackend:
         return workload.running_target(cage)
 
     def status(self, cage: CageDir) -> dict:
-        runtime = self.runtime(cage)
-        if runtime.get("status") == "running" and recorded_gateway(runtime, cage) is None:
-            runtime = {**runtime, "status": "broken"}
-            pid = runtime.get("gateway_pid")
-            from agentcage.gateway import obituary
+        from agentcage import listing
 
-            obituary.notice(cage.audit, int(pid) if pid else None)  # unless recorded
-        return runtime
+        return listing.status(cage)
 
 
 def _identity(proc: GatewayProcess) -> dict:

@@ -321,7 +321,7 @@ class LlmAgent(Strict):
     provider: Literal["anthropic", "openai", "openrouter"] = "anthropic"
     model: str | None = None
     # secret:NAME: a secret of this cage (`agentcage secret set CAGE NAME`) that no rule
-    # injects, so the cage never holds it; the seed's env: and systemd-creds: are refused
+    # injects, so the cage never holds it; env: and systemd-creds: forms are refused
     api_key: Annotated[str, Field(pattern=r"^(env|systemd-creds|secret):.+$")] | None = None
     timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 30
 

@@ -28,6 +28,11 @@ import os
 from pathlib import Path
 
 INIT_UID_MAP = ("0", "0", "4294967295")  # /proc/self/uid_map of the initial user namespace
+DIRECTORY = "rootless"  # the holder's, in the state root
+HOST_ROUTES = "host-routes.sock"  # where gateways get a netlink socket of the host's namespace
+# slirp4netns's own resolver in the holder's namespace (its default address), which forwards to
+# the host's
+SLIRP_DNS = "10.0.2.3"
 
 
 @functools.cache
@@ -82,7 +87,7 @@ def join_for(args: list[str]) -> None:
     from agentcage.rootless import holder
     from agentcage.state import locked_dir, state_root
 
-    directory = state_root() / "rootless"
+    directory = state_root() / DIRECTORY
     with locked_dir(directory):
         found = holder.ensure(directory)
     holder.enter(found)

@@ -34,16 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage.errors import HostCheckError
+from agentcage.rootless import HOST_ROUTES
 
 INFO = "holder.json"
-HOST_ROUTES = "host-routes.sock"  # where gateways get a netlink socket of the host's namespace
 READY_TIMEOUT = 20.0
 TAP = "tap0"
 SLIRP_MTU = "65520"
-# The addresses slirp4netns gives the holder's namespace (its defaults): the gateway's uplink
-# reaches the host's network through .2 and asks slirp's own resolver, .3, which forwards to
-# the host's.
-SLIRP_DNS = "10.0.2.3"
 _PR_SET_PDEATHSIG = 1
 # /run entries not bound back into the holder's /run: its own namespaces and volume staging
 _OWN_RUN_ENTRIES = ("netns", "agentcage-volumes")

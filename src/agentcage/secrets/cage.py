@@ -94,7 +94,7 @@ def workload_env(cage: CageDir, names: Sequence[str]) -> dict[str, str]:
 def reload_gateway(cage: CageDir, runtime: dict, timeout: float = RELOAD_TIMEOUT) -> None:
     """Make the running gateway re-read its staged secrets; return once it says it did (with the
     placeholders now staged), raise BackendError if it failed or did not answer."""
-    from agentcage.backends.gateways import recorded_gateway
+    from agentcage.backends.host import recorded_gateway
     from agentcage.secrets.staging import load_staged
 
     pid = runtime.get("gateway_pid")
