@@ -763,6 +763,94 @@ def zygote_stop() -> None:
               markup=False)
 
 
+# ---- the watcher: budgets over what leaves ----------------------------------------------------
+
+@cli.group("watcher")
+def watcher_group() -> None:
+    """A cage's watcher: budgets over what leaves through allowed hosts (bytes, information,
+    names, beacons, new hosts, credentials sent in pieces), its findings, and what it
+    narrowed (grants revoked, a quarantine), which the operator can undo."""
+
+
+@watcher_group.command("status")
+@click.argument("name", shell_complete=complete_cages)
+@JSON_FLAG
+def watcher_status(name: str, as_json: bool) -> None:
+    """Whether cage NAME is quarantined, its strikes and its findings by budget."""
+    from agentcage import findings
+
+    svc = _service()
+    cage = svc._existing(name)
+    info = findings.status(cage, svc.config(name).watcher.enable, time.time())
+    if as_json:
+        from agentcage.output import document
+
+        _emit(document("watcher", cage=name, **info))
+        return
+    if not info["enable"]:
+        out.print(f"cage {name}: the watcher is off (watcher.enable: false)", markup=False)
+        return
+    until = info["quarantined_until"]
+    state = (f"QUARANTINED until {time.strftime('%H:%M:%S', time.localtime(until))} "
+             "(only the model's hosts are reachable)" if info["quarantined"] else "watching")
+    by = ", ".join(f"{k} {v}" for k, v in info["by_budget"].items()) or "none"
+    used, budget = info["information_bytes"], info["information_budget"]
+    information = (f"{used / 1024:.1f} KiB of {budget / 1024:.0f} KiB in the window"
+                   if used is not None and budget else "-")
+    for label, value in (("state", state), ("strikes", str(info["strikes"])),
+                         ("sent", information),
+                         ("findings", f"{info['findings']} ({by})"),
+                         ("revoked", ", ".join(info["revoked"]) or "-")):
+        out.print(f"{label + ':':10} {value}", markup=False, soft_wrap=True)
+
+
+@watcher_group.command("findings")
+@click.argument("name", shell_complete=complete_cages)
+@click.option("--last", "-n", type=click.IntRange(min=1), default=None,
+              help="only the last N findings")
+@JSON_FLAG
+def watcher_findings(name: str, last: int | None, as_json: bool) -> None:
+    """Cage NAME's findings, oldest first: the budget crossed, about which host, the
+    evidence (amounts, never the bytes) and what was done."""
+    from agentcage import findings
+    from agentcage.output import findings_lines
+
+    doc = findings.read(_service()._existing(name))
+    found = doc["findings"][-last:] if last else doc["findings"]
+    if as_json:
+        from agentcage.output import document
+
+        _emit(document("watcher_findings", cage=name, findings=found))
+        return
+    out.print(findings_lines(found))
+
+
+@watcher_group.command("release")
+@click.argument("name", shell_complete=complete_cages)
+def watcher_release(name: str) -> None:
+    """End cage NAME's quarantine now and forgive its strikes."""
+    from agentcage import grants as operator
+
+    svc = _service()
+    operator.change(svc, svc._existing(name), "release")
+    out.print(f"cage {name}: not quarantined; strikes forgiven", markup=False)
+
+
+@watcher_group.command("restore")
+@click.argument("name", shell_complete=complete_cages)
+@click.argument("grant")
+def watcher_restore(name: str, grant: str) -> None:
+    """Put back GRANT, which the watcher revoked, for the rest of its time."""
+    from agentcage import grants as operator
+
+    svc = _service()
+    result = operator.change(svc, svc._existing(name), "restore", grant)
+    restored = result.get("restored", {})
+    out.print(f"cage {name}: grant {grant} restored ({restored.get('domain')}, until "
+              f"{time.strftime('%H:%M:%S', time.localtime(restored.get('expires_at', 0)))})",
+              markup=False)
+
+
 # ---- the gateway, looked into ----------------------------------------------------------------
 
 @cli.group("gateway")

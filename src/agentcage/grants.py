@@ -33,8 +33,9 @@ def listing(cage: CageDir) -> dict[str, Any]:
 
 
 def change(service: CageService, cage: CageDir, op: str, target: str = "") -> dict[str, Any]:
-    """Apply one operator change (approve, deny, revoke, promote, sync): through the running
-    gateway, or to grants.json while the cage is stopped."""
+    """Apply one operator change (approve, deny, revoke, promote, sync; the watcher's release
+    and restore): through the running gateway, or to grants.json and watcher.json while the
+    cage is stopped."""
     from agentcage.gateway.control.ceiling import RequestError
     from agentcage.gateway.control.channel import ChannelError, apply, send
 
@@ -51,11 +52,21 @@ def change(service: CageService, cage: CageDir, op: str, target: str = "") -> di
     from agentcage.gateway.control.settings import PolicyApiSettings
     from agentcage.typed import from_mapping
 
-    settings = from_mapping(PolicyApiSettings, service.config(cage.name).policy_api.model_dump(),
-                            "policy_api")
+    config = service.config(cage.name)
+    settings = from_mapping(PolicyApiSettings, config.policy_api.model_dump(), "policy_api")
     log = AuditLog(cage.audit)  # what is changed is audited here, as the gateway would
     try:
-        return apply(Grants(settings, cage.grants, log.write_or_say), op, target)
+        grants = Grants(settings, cage.grants, log.write_or_say)
+        watcher = None
+        if config.watcher.enable:
+            from agentcage.gateway.watcher.settings import WatcherSettings
+            from agentcage.gateway.watcher.watch import Watcher
+            from agentcage.inspect.patterns import load_patterns
+
+            watcher = Watcher(from_mapping(WatcherSettings, config.watcher.model_dump(),
+                                           "watcher"),
+                              log.write_or_say, load_patterns(), grants, cage.watcher)
+        return apply(grants, op, target, watcher)
     except RequestError as e:
         raise StateError(str(e)) from None
     finally:

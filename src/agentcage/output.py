@@ -109,3 +109,20 @@ def _grants(doc: dict[str, Any], width: int) -> list[Text]:
 
 def grants_lines(doc: dict[str, Any]) -> Lines:
     return Lines(lambda width: _grants(doc, width))
+
+
+def _findings(findings: list[dict[str, Any]], width: int) -> list[Text]:
+    if not findings:
+        return [Text("no findings")]
+    lines = [record([Cell("WHEN", 19), Cell("BUDGET", 11), Cell("FINDING", 12)], "HOST")]
+    lines[-1].stylize("bold")
+    for f in findings:
+        lines.append(record([Cell(_expiry(f.get("at")), 19), Cell(str(f.get("budget")), 11),
+                             Cell(str(f.get("id")), 12)], str(f.get("host"))))
+        lines += wrapped(str(f.get("summary", "")), width, indent=2)
+        lines += wrapped(f"action: {f.get('action', 'recorded')}", width, indent=2)
+    return lines
+
+
+def findings_lines(findings: list[dict[str, Any]]) -> Lines:
+    return Lines(lambda width: _findings(findings, width))

@@ -141,6 +141,7 @@ class CageDir:
     owner = property(lambda self: self.root / "owner.pid")  # a run's cage: its `run`'s pid
     grants = property(lambda self: self.root / "grants.json")  # written by the gateway only
     control = property(lambda self: self.root / "control")  # the operator's requests to it
+    watcher = property(lambda self: self.root / "watcher.json")  # written by the gateway only
 
     def exists(self) -> bool:
         return self.config.exists()

@@ -125,6 +125,22 @@ class CageHandle:
     def audit(self) -> list[dict]:
         return self.service.audit(self.name)
 
+    def findings(self) -> list[dict]:
+        """The watcher's findings so far (watcher.json, as its gateway last wrote it)."""
+        from agentcage import findings
+
+        return findings.read(self.cage)["findings"]
+
+
+def watcher_findings(state: Path, name: str, since: float = 0.0) -> list[dict]:
+    """The watcher's findings about cage `name` in the state directory `state` (the false
+    alarms, where the traffic was ordinary)."""
+    from agentcage import findings
+    from agentcage.state import StateStore
+
+    found = findings.read(StateStore(state).cage(name))["findings"]
+    return [f for f in found if f.get("at", 0) >= since]
+
 
 def start_cage(net, name: str, allow: list[str], *,
                gateway_env: dict[str, str] | None = None, home: Path | None = None,

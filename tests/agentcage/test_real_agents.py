@@ -28,7 +28,7 @@ from agentcage.demo_agents import (
     session,
 )
 from agentcage.gateway.auditmask import fingerprint
-from tests.agentcage.conftest import make_project, needs_root
+from tests.agentcage.conftest import make_project, needs_root, watcher_findings
 from tests.agentcage.hosted import AsUser, OnHost, delegated_cgroups, open_to_users
 
 
@@ -137,6 +137,8 @@ def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(user_cli, wor
     assert planted not in json.dumps(records)
     api = [x for x in blocked if x.get("host") == agent.provider and x.get("by") == "secrets"]
     assert api and any("/v1/files" in (x.get("path") or "") for x in api), blocked
+    # what was refused was refused by the inspectors; the session itself is no false alarm
+    assert watcher_findings(on_host.state, name) == []
 
 
 def test_the_judge_sees_a_leak_mock_records():

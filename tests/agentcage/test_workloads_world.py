@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agentcage.conftest import AGENT_UID, needs_root
+from tests.agentcage.conftest import AGENT_UID, needs_root, watcher_findings
 from tests.agentcage.hosted import OnHost
 
 NAME = "workload"
@@ -95,7 +95,8 @@ def test_a_package_install_completes_with_nothing_refused_and_no_retry(world, ca
     if path == "transparent":
         script = script.replace("&& ", f"&& {NO_PROXY} ", 1)
     r = cli("exec", NAME, "--", "sh", "-c", script, timeout=600)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.returncode == 0, (r.stdout[-2000:] + r.stderr[-2000:]
+                               + json.dumps(watcher_findings(cli.state, NAME)))
 
     assert registry.installed(project) == set(registry.names)
     fetches = registry.fetches(net.http_requests())
@@ -109,6 +110,9 @@ def test_a_package_install_completes_with_nothing_refused_and_no_retry(world, ca
     assert refused == [], refused[:3]
     served = [x for x in records if x.get("direction") == "response"]
     assert len(served) == len(registry.files)
+    assert watcher_findings(cli.state, NAME, since=started) == []  # no false alarm
+    usage = json.loads(cli("watcher", "status", NAME, "--json").stdout)
+    print(f"information in the window: {usage['information_bytes']} bytes")
     assert {x.get("outcome") for x in served} <= {"served"}, served[:3]
     if path == "transparent":  # each connection looked its name up in the cage
         lookups = [x for x in records if x.get("direction") == "dns"]

@@ -319,6 +319,7 @@ class NamespaceBackend:
             capture_path=str(cage.capture),
             grants_path=str(cage.grants),
             control_dir=str(cage.control),
+            watcher_path=str(cage.watcher),
         )
         # The firewall is loaded into the gateway's namespace while the links are made (it
         # names the cage's interface, which need not exist yet); both are in place before

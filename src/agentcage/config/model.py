@@ -28,6 +28,7 @@ from agentcage.domains import DomainPattern, parse_pattern
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.control.settings import PolicyApiSettings
 from agentcage.gateway.settings import GatewaySettings
+from agentcage.gateway.watcher.settings import BudgetSettings, WatcherSettings
 from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
 from agentcage.names import NAME_RE
 
@@ -35,6 +36,7 @@ from agentcage.names import NAME_RE
 # this schema validates cage.yaml and takes them from there.
 _GW, _ENTROPY, _CAPTURE = GatewaySettings, EntropySettings(), CaptureSettings()
 _POLICY_API = PolicyApiSettings()
+_WATCH, _BUDGETS = WatcherSettings(), BudgetSettings()
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 AGENT_HOME = "/home/agent"  # the cage's home directory (a tmpfs of its own at every command,
@@ -397,6 +399,43 @@ class PolicyApi(Strict):
     burst: Annotated[int, Field(ge=1, le=10_000)] = _POLICY_API.burst
 
 
+def _byte_count(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError("write a size like 16m or 48k")
+    return value if isinstance(value, int) else parse_size(str(value))
+
+
+ByteCount = Annotated[int, BeforeValidator(_byte_count), Field(ge=1024)]
+
+
+class Budgets(Strict):
+    window_seconds: Annotated[float, Field(ge=10, le=86400)] = _BUDGETS.window_seconds
+    host_bytes: ByteCount = _BUDGETS.host_bytes
+    model_host_bytes: ByteCount = _BUDGETS.model_host_bytes
+    information_bytes: ByteCount = _BUDGETS.information_bytes
+    zone_names: Annotated[int, Field(ge=2)] = _BUDGETS.zone_names
+    label_length: Annotated[int, Field(ge=8, le=63)] = _BUDGETS.label_length
+    label_entropy: Annotated[float, Field(gt=0, le=6)] = _BUDGETS.label_entropy
+    new_hosts: Annotated[int, Field(ge=1)] = _BUDGETS.new_hosts
+    beacon_requests: Annotated[int, Field(ge=4, le=100)] = _BUDGETS.beacon_requests
+    beacon_jitter: Annotated[float, Field(ge=0, le=1)] = _BUDGETS.beacon_jitter
+    beacon_min_interval: Annotated[float, Field(gt=0)] = _BUDGETS.beacon_min_interval
+    reassembly: bool = _BUDGETS.reassembly
+
+
+class Watch(Strict):
+    """The watcher's budgets and actions (the LLM re-reader is agents.watcher)."""
+
+    enable: bool = _WATCH.enable
+    action: Literal["record", "revoke"] = "revoke"
+    escalate_after: Annotated[int, Field(ge=0, le=1000)] = _WATCH.escalate_after
+    quarantine_seconds: Annotated[float, Field(ge=10, le=86400)] = _WATCH.quarantine_seconds
+    quarantine_max_seconds: Annotated[float, Field(ge=10, le=7 * 86400)] = (
+        _WATCH.quarantine_max_seconds)
+    model_hosts: list[Pattern] = Field(default_factory=list)
+    budgets: Budgets = Field(default_factory=Budgets)
+
+
 class Logging(Strict):
     # how much the gateway writes to gateway.log (the audit log is always complete)
     level: Literal["debug", "info", "warning", "error"] = "warning"
@@ -431,6 +470,7 @@ class CageConfig(Strict):
     agents: Agents = Field(default_factory=Agents)
     capture: Capture = Field(default_factory=Capture)
     policy_api: PolicyApi = Field(default_factory=PolicyApi)
+    watcher: Watch = Field(default_factory=Watch)
     dns_servers: list[Annotated[str, AfterValidator(syntax.ip)]] = Field(default_factory=list)
     logging: Logging = Field(default_factory=Logging)
     gateway: Gateway = Field(default_factory=Gateway)

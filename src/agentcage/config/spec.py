@@ -102,6 +102,8 @@ class CageSpec:
             inspectors=tuple(dict(i) for i in doc["inspectors"]),
             capture=dict(doc["capture"]),
             policy_api=_policy_api(doc),
+            # a form stored before the watcher existed has no section: the defaults
+            watcher=dict(doc.get("watcher") or {}),
         )
         return cls(
             document=doc,

@@ -61,6 +61,8 @@ from agentcage.gateway.recorder import FlowRecorder
 from agentcage.gateway.redaction import ResponseRedaction
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.timeouts import UpstreamWatchdog
+from agentcage.gateway.watcher.events import Sent
+from agentcage.gateway.watcher.watch import Watcher
 from agentcage.gateway.websocket import WebSocketGuard
 from agentcage.inspect.chain import first_block, run_chain
 from agentcage.inspect.protocol import Decision, InspectionContext, Inspector, Phase, RequestView
@@ -71,6 +73,7 @@ from agentcage.secrets.redact import Redactor
 __all__ = ["Armour", "CageAddon", "split_host_header"]
 
 ASKABLE = ("connect", "domain")  # refusals of a name, which the policy API may grant
+ECHO_RESPONSE_MAX = 4 * 1024 * 1024  # a larger buffered response is not told to the watcher
 
 def _guarded(stage: str):
     """Wrap a flow hook: an unexpected exception blocks the flow and is audited (fail closed)."""
@@ -109,11 +112,14 @@ class CageAddon:
         first_byte_timeout: float = GatewaySettings.first_byte_timeout_seconds,
         idle_timeout: float = GatewaySettings.idle_timeout_seconds,
         grants: Grants | None = None,
+        watcher: Watcher | None = None,
     ):
         """`grants`: the runtime grants (control/grants.py), whose scope this addon holds
-        requests to and whose connections it tracks; None without a policy API."""
+        requests to and whose connections it tracks; None without a policy API. `watcher`:
+        the budgets told of every request that leaves (watcher/), None when it is off."""
         self.policy = policy
         self.grants = grants
+        self.watcher = watcher
         self.records = FlowAudit(audit)
         self.armour = Armour(tuple(chain), injector or Injector((), ()), redactor or Redactor(()))
         self.max_body = max_body
@@ -126,7 +132,8 @@ class CageAddon:
         self.redaction = ResponseRedaction(max_body)
         self.websockets = WebSocketGuard(lambda r: self.records.audit(r), lambda: self.policy(),
                                          lambda: self.clock(), self.recorder,
-                                         self._finish_capture)
+                                         self._finish_capture,
+                                         self._watch_frame if watcher is not None else None)
         self.watchdog = UpstreamWatchdog(first_byte_timeout, idle_timeout, self._timed_out)
         self._watching: asyncio.Task | None = None
         self.reclaimer = Reclaimer()
@@ -164,6 +171,7 @@ class CageAddon:
             self._finish_capture(flow)
             return
         try:
+            self._watched(host)
             self._under_grant(flow, host, port, None)
         except Refusal as r:
             self._refuse(flow, r.reason, r.by, r.status, host=host)
@@ -181,6 +189,7 @@ class CageAddon:
                 raise RuntimeError("injected fault")
             if (why := self.gate.port_refusal(port)) is not None:
                 raise Refusal(why, "ports")
+            self._watched(name)
             self._under_grant(flow, name, port, flow.request)
             if not self.limiter.allow(name):
                 raise Refusal("rate limit exceeded", "rate_limit", status=429)
@@ -216,12 +225,47 @@ class CageAddon:
             return
         if self.recorder is not None:  # before injection changes the request
             self.recorder.request(flow, name, port, body, armour.redactor)
+        if self.watcher is not None and (why := self._tell_watcher(flow, body)) is not None:
+            self._refuse(flow, why, "watcher", host=name)
+            return
         injected = inject_request(flow, name, body, armour.injector)
         if injected.refusal is not None:
             self._refuse(flow, injected.refusal, "injection", host=name)
             return
         st.injected = injected.names
         self._forward(flow)
+
+    def _watcher_received(self, flow: http.HTTPFlow, host: str) -> None:
+        """A buffered response, told to the watcher: what the host sent, the cage may send
+        back without it counting as information sent (an integrity hash, an ETag)."""
+        assert self.watcher is not None
+        resp = flow.response
+        if resp is None or not resp.raw_content or len(resp.raw_content) > ECHO_RESPONSE_MAX:
+            return
+        try:
+            body = resp.get_content(strict=True) or b""
+        except ValueError:  # an encoding it cannot undo: nothing to learn from it
+            return
+        self.watcher.received(host, body)
+
+    def _watch_frame(self, flow: http.HTTPFlow, content: bytes) -> str | None:
+        """A WebSocket frame from the cage, told to the budgets as a request of its own."""
+        return self._tell_watcher(flow, content, method="WEBSOCKET", headers=())
+
+    def _tell_watcher(self, flow: http.HTTPFlow, body: bytes, method: str | None = None,
+                      headers: tuple[tuple[str, str], ...] | None = None) -> str | None:
+        """Tell the budgets of a request about to leave, as the cage sent it (before
+        injection: placeholders, never a value); why it must not go."""
+        assert self.watcher is not None
+        st = state(flow)
+        assert st.target is not None
+        name, port = st.target
+        req = flow.request
+        if headers is None:
+            headers = tuple(req.headers.items(multi=True))
+        sent = Sent(name, port, method or req.method, st.path if st.path is not None else req.path,
+                    headers, body, self.clock(), self.watcher.is_model_host(name), st.grant)
+        return self.watcher.sent(sent, flow.client_conn)
 
     def _forward(self, flow: http.HTTPFlow) -> None:
         """Audit the request, then let it go; one that cannot be audited does not go."""
@@ -307,6 +351,8 @@ class CageAddon:
                 flow.response = blocked_response(502, redacted.failure, host, "redaction")
                 self.records.outcome(flow, stopped(redacted.failure, "redaction"))
         st.redacted = tuple(sorted(names))
+        if self.watcher is not None and stream is None and st.target is not None:
+            self._watcher_received(flow, st.target[0])
         if st.outcome_verdict is None:
             self.records.outcome(flow, served(st), withhold=stream is None)
         if flow.websocket is None:  # an upgraded flow is captured when the connection ends
@@ -358,12 +404,18 @@ class CageAddon:
         grant = self.grants.grant_of(self.policy().decide(name, self.clock()).rule)
         if grant is None:
             return
+        state(flow).grant = grant.id
         if request is not None and not grant.scope.allows(request.method, request.path, port):
             raise Refusal(f"outside the scope of grant {grant.id} ({grant.scope.describe()})",
                           "grant")
         if request is None and grant.scope.ports and port not in grant.scope.ports:
             raise Refusal(f"port {port} is outside the scope of grant {grant.id}", "grant")
         self.grants.track(grant, flow.client_conn)
+
+    def _watched(self, name: str) -> None:
+        """A quarantined cage reaches the model's hosts alone (Refusal)."""
+        if self.watcher is not None and (why := self.watcher.refusal(name)) is not None:
+            raise Refusal(why, "watcher")
 
     def _inspect(self, flow: http.HTTPFlow, phase: Phase, body: bytes | None = None,
                  armour: Armour | None = None) -> Decision | None:

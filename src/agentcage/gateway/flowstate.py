@@ -34,6 +34,7 @@ class FlowState:
     stopped: str | None = None  # why the gateway cut the flow (timeout, bound), for `error`
     stopped_by: str = ""
     captured: bool = False  # its capture line was written
+    grant: str | None = None  # the id of the runtime grant its host is reached by
 
     @property
     def verdict(self) -> Verdict | None:

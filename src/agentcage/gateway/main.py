@@ -37,6 +37,7 @@ from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
+from agentcage.gateway.watcher.watch import Watcher
 from agentcage.inspect.patterns import load_patterns
 from agentcage.inspect.protocol import Decision
 from agentcage.reserved import POLICY_API
@@ -87,18 +88,22 @@ async def _heartbeat(state_dir: Path, interval: float) -> None:
         await asyncio.sleep(interval)
 
 
-async def _tick_grants(grants: Grants, channel: OperatorChannel | None,
-                       interval: float = 0.25) -> None:
-    """Four times a second: expire what is due (cutting its connections) and answer the
-    operator's requests (`agentcage cage grants ...`)."""
+async def _tick(grants: Grants | None, watcher: Watcher | None,
+                channel: OperatorChannel | None, interval: float = 0.25) -> None:
+    """Four times a second: expire what is due (cutting its connections), let the watcher
+    act and recover, and answer the operator's requests (`agentcage cage grants ...`,
+    `agentcage watcher ...`)."""
+    steps = [(name, step) for name, step in (
+        ("grants", grants.tick if grants else None),
+        ("watcher", watcher.tick if watcher else None),
+        ("operator", channel.poll if channel else None)) if step is not None]
     while True:
         await asyncio.sleep(interval)
-        try:
-            grants.tick()
-            if channel is not None:
-                channel.poll()
-        except Exception as e:  # the next tick tries again; the failure is said
-            say(f"grants: {type(e).__name__}: {e}")
+        for name, step in steps:
+            try:
+                step()
+            except Exception as e:  # the next tick tries again; the failure is said
+                say(f"{name}: {type(e).__name__}: {e}")
 
 
 async def _count_drops(audit: AuditLog, interval: float) -> None:
@@ -223,7 +228,13 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
                     audit_log.write, cut=connections.cut,
                     llm=_llm_decider(settings, uplink, addresses),
                     denials=lambda: denials.last(10)) if api_settings.enable else None
-    live = LivePolicy(lambda: holder.current, grants)
+    # The watcher (watcher/): budgets over what leaves, narrowing what was granted.
+    watcher = Watcher(settings.watcher, audit_log.write_or_say, load_patterns(), grants,
+                      Path(settings.watcher_path) if settings.watcher_path else None,
+                      cut=connections.cut) if settings.watcher.enable else None
+    if watcher is not None:
+        audit_log.observers.append(watcher.observe)  # the names the cage looks up
+    live = LivePolicy(lambda: holder.current, grants, watcher)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
     capture = None
     if settings.capture.enable_har and settings.capture_path:
@@ -246,6 +257,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         first_byte_timeout=settings.first_byte_timeout_seconds,
         idle_timeout=settings.idle_timeout_seconds,
         grants=grants,
+        watcher=watcher,
     )
     api = None if grants is None else PolicyApi(
         api_settings, grants, live, denials, settings.tcp_ports, settings.cage_name,
@@ -304,10 +316,10 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         asyncio.create_task(_heartbeat(Path(settings.audit_path).parent,
                                        settings.counter_interval_seconds)),
     ]
-    if grants is not None:
-        channel = (OperatorChannel(Path(settings.control_dir), grants)
+    if grants is not None or watcher is not None:
+        channel = (OperatorChannel(Path(settings.control_dir), grants, watcher)
                    if settings.control_dir else None)
-        tasks.append(asyncio.create_task(_tick_grants(grants, channel)))
+        tasks.append(asyncio.create_task(_tick(grants, watcher, channel)))
     try:
         await master.run()
     finally:

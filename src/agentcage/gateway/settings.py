@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.control.settings import PolicyApiSettings
+from agentcage.gateway.watcher.settings import WatcherSettings
 from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
 from agentcage.typed import from_mapping
 
@@ -72,11 +73,16 @@ class GatewaySettings:
     policy_api: PolicyApiSettings = field(default_factory=PolicyApiSettings)
     grants_path: str = ""
     control_dir: str = ""
+    # The watcher (watcher/): its budgets and actions, and watcher.json ("" = none), which
+    # the gateway alone writes
+    watcher: WatcherSettings = field(default_factory=WatcherSettings)
+    watcher_path: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, kind in (("entropy", EntropySettings), ("content_type", ContentTypeSettings),
-                           ("capture", CaptureSettings), ("policy_api", PolicyApiSettings)):
+                           ("capture", CaptureSettings), ("policy_api", PolicyApiSettings),
+                           ("watcher", WatcherSettings)):
             object.__setattr__(self, name, from_mapping(kind, getattr(self, name), name))
 
     @property

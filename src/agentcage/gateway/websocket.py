@@ -38,8 +38,11 @@ class _Connection:
 class WebSocketGuard:
     def __init__(self, audit: Callable[[AuditRecord], None], policy: Callable[[], Policy],
                  clock: Callable[[], float], recorder: FlowRecorder | None,
-                 finish: Callable[[http.HTTPFlow], None]):
+                 finish: Callable[[http.HTTPFlow], None],
+                 watch: Callable[[http.HTTPFlow, bytes], str | None] | None = None):
+        """`watch`: tells the watcher's budgets of a frame about to leave; why it must not."""
         self.audit, self.policy, self.clock = audit, policy, clock
+        self.watch = watch
         self.recorder = recorder
         self.finish = finish  # writes the flow's capture line (the connection is over)
         self._connections: weakref.WeakKeyDictionary[Any, _Connection]
@@ -64,6 +67,8 @@ class WebSocketGuard:
         decisions = run_chain(armour.chain, view, InspectionContext(self.policy(), self.clock()),
                               phase="body")
         blocker = first_block(decisions)
+        if blocker is None and self.watch is not None and (why := self.watch(flow, content)):
+            blocker = Decision("block", why, "watcher", "high")
         if blocker is None:
             text = armour.injector.inject_text(name, content)
             if text.blocked:

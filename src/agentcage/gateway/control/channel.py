@@ -1,4 +1,5 @@
-"""The operator's way to the grants: `agentcage cage grants NAME approve|deny|revoke|sync`.
+"""The operator's way to the grants and the watcher: `agentcage cage grants NAME
+approve|deny|revoke|promote|sync`, `agentcage watcher release|restore NAME`.
 
 The CLI drops a request file into `control/` in the cage's state directory (root's, 0700: the
 cage cannot reach it, so the agent can never approve its own request or write a grant), and
@@ -18,7 +19,8 @@ from typing import Any
 from agentcage.gateway.control.ceiling import RequestError
 from agentcage.gateway.control.grants import Grants
 
-OPS = ("approve", "deny", "revoke", "promote", "sync")
+OPS = ("approve", "deny", "revoke", "promote", "sync", "release", "restore")
+WATCHER_OPS = ("release", "restore")
 MAX_REQUEST_BYTES = 4096
 REQUEST_SUFFIX, ANSWER_SUFFIX = ".request.json", ".answer.json"
 
@@ -55,9 +57,15 @@ def send(directory: Path, op: str, target: str = "", timeout: float = 5.0) -> di
     raise ChannelError(f"the gateway did not answer within {timeout:g} s")
 
 
-def apply(grants: Grants, op: str, target: str) -> dict[str, Any]:
-    """One operator request, applied to `grants` (by the gateway, or by the CLI itself while
-    the cage is stopped and nothing else writes them)."""
+def apply(grants: Grants | None, op: str, target: str, watcher: Any = None) -> dict[str, Any]:
+    """One operator request, applied to `grants` or `watcher` (watcher/watch.py) by the
+    gateway, or by the CLI itself while the cage is stopped and nothing else writes them."""
+    if op in WATCHER_OPS:
+        if watcher is None:
+            raise RequestError("this cage's watcher is off (watcher.enable: false)")
+        return watcher.release() if op == "release" else watcher.restore(target)
+    if grants is None:
+        raise RequestError("this cage has no policy API (policy_api.enable: false)")
     if op == "approve":
         return {"request": grants.approve(target).as_dict()}
     if op == "deny":
@@ -83,8 +91,8 @@ def apply(grants: Grants, op: str, target: str) -> dict[str, Any]:
 class OperatorChannel:
     """The gateway's side: polled from its event loop."""
 
-    def __init__(self, directory: Path, grants: Grants):
-        self.directory, self.grants = directory, grants
+    def __init__(self, directory: Path, grants: Grants | None, watcher: Any = None):
+        self.directory, self.grants, self.watcher = directory, grants, watcher
 
     def poll(self) -> None:
         from agentcage.state import atomic_write
@@ -106,7 +114,7 @@ class OperatorChannel:
                     raise RequestError("request too large")
                 doc = json.loads(raw)
                 op, target = str(doc["op"]), str(doc.get("target", ""))
-                answer = {"ok": True, "result": apply(self.grants, op, target)}
+                answer = {"ok": True, "result": apply(self.grants, op, target, self.watcher)}
             except (RequestError, ValueError, KeyError, TypeError) as e:
                 answer = {"ok": False, "error": str(e)}
             stem = filename[: -len(REQUEST_SUFFIX)]

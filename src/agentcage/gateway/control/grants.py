@@ -150,6 +150,9 @@ class Grants:
             return None
         return self._grants.get(rule.source[len(GRANT_SOURCE):])
 
+    def grant(self, grant_id: str) -> Grant | None:
+        return self._grants.get(grant_id)
+
     def requests(self, pending_only: bool = False) -> list[PolicyRequest]:
         return [r for r in self._requests.values() if not pending_only or r.status == "pending"]
 
@@ -279,6 +282,19 @@ class Grants:
         if ended:
             self._save()
         return ended
+
+    def reinstate(self, grant: Grant, by: str = "operator") -> None:
+        """A grant revoked before (by the watcher), in force again until it was to expire."""
+        if grant.expires_at <= self._clock():
+            raise RequestError(f"grant {grant.id} has expired meanwhile; the agent can ask again")
+        if self.ceiling.refusal(grant.pattern) is not None:
+            raise RequestError(f"grant {grant.id} is outside the ceiling now")
+        self._grants[grant.id] = grant
+        self.version += 1
+        self._record(AuditRecord("policy", "allowed", "grant restored", host=str(grant.pattern),
+                                 by=by, extra={"grant_id": grant.id,
+                                               "expires_at": grant.expires_at}))
+        self._save()
 
     # ---- time -----------------------------------------------------------------------------
 
@@ -414,24 +430,32 @@ class Grants:
 
 
 class LivePolicy:
-    """The policy in force: domains.json's (from its holder) with the grants added. Asked for
-    every lookup and request, by the proxy's loop and the resolver's thread: the combination
-    is made once per change of either and kept."""
+    """The policy in force: domains.json's (from its holder) with the grants added, narrowed to
+    the model's hosts while the watcher holds the cage in quarantine. Asked for every lookup
+    and request, by the proxy's loop and the resolver's thread: the combination is made once
+    per change of any of them and kept."""
 
-    def __init__(self, base: Callable[[], Policy], grants: Grants | None):
-        self._base, self._grants = base, grants
-        self._made: tuple[Policy, int, Policy] | None = None
+    def __init__(self, base: Callable[[], Policy], grants: Grants | None,
+                 watcher: Any = None):
+        """`watcher`: the gateway's Watcher (watcher/watch.py), or None."""
+        self._base, self._grants, self._watcher = base, grants, watcher
+        self._made: tuple[Policy, int, int, bool, Policy] | None = None
 
     def current(self) -> Policy:
         base = self._base()
-        if self._grants is None:
+        if self._grants is None and self._watcher is None:
             return base
-        version = self._grants.version
+        version = self._grants.version if self._grants is not None else 0
+        watched = self._watcher.version if self._watcher is not None else 0
+        quarantined = self._watcher is not None and self._watcher.quarantined()
         made = self._made
-        if made is not None and made[0] is base and made[1] == version:
-            return made[2]
-        combined = _with_grants(base, self._grants.rules())
-        self._made = (base, version, combined)
+        if (made is not None and made[0] is base and made[1:4] == (version, watched,
+                                                                    quarantined)):
+            return made[4]
+        combined = _with_grants(base, self._grants.rules() if self._grants else ())
+        if quarantined:
+            combined = _quarantined(combined, self._watcher)
+        self._made = (base, version, watched, quarantined, combined)
         return combined
 
 
@@ -440,3 +464,13 @@ def _with_grants(base: Policy, grants: tuple[DomainRule, ...]) -> Policy:
         return base  # a broken policy blocks all; a blocklist allows what it does not name
     return Policy(mode="allowlist", allow=DomainMatcher((*base.allow.rules, *grants)),
                   block=base.block)
+
+
+def _quarantined(policy: Policy, watcher: Any) -> Policy:
+    """`policy` with what it allows narrowed to the model's hosts."""
+    if policy.deny_reason is not None:
+        return policy
+    if policy.mode == "allowlist":
+        kept = [r for r in policy.allow.rules if watcher.is_model_host(r.pattern.name)]
+        return Policy(mode="allowlist", allow=DomainMatcher(kept), block=policy.block)
+    return Policy.deny_all("quarantined by the watcher")

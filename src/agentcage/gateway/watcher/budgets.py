@@ -1,0 +1,207 @@
+"""The deterministic budgets over what leaves: each a small unit told of every request sent
+(`sent`), answering with the budgets it crossed. They hold counts and compressor state, never
+what was sent. Names looked up are `names.py`'s; a credential sent in pieces, `reassembly.py`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+
+from agentcage.gateway.watcher.events import Crossing, Sent
+from agentcage.gateway.watcher.settings import BudgetSettings
+from agentcage.gateway.watcher.windows import Once, SlidingSet, SlidingSum
+
+MAX_HOSTS = 256  # hosts followed at once; the least recent is forgotten past that
+
+
+class _PerHost[T]:
+    """A bounded map host -> state, least recently used forgotten first."""
+
+    def __init__(self, make, cap: int = MAX_HOSTS):
+        self._make, self._cap = make, cap
+        self._items: OrderedDict[str, T] = OrderedDict()
+
+    def get(self, host: str) -> T:
+        item = self._items.get(host)
+        if item is None:
+            item = self._items[host] = self._make()
+            if len(self._items) > self._cap:
+                self._items.popitem(last=False)
+        else:
+            self._items.move_to_end(host)
+        return item
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        return iter(self._items.items())
+
+
+def _mib(n: float) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB" if n >= 1024 * 1024 else f"{n / 1024:.1f} KiB"
+
+
+class HostBytes:
+    """Bytes sent per host per window; the model's hosts against their own, larger budget."""
+
+    name = "host_bytes"
+
+    def __init__(self, settings: BudgetSettings, once: Once):
+        self.settings, self.once = settings, once
+        self._sums: _PerHost[SlidingSum] = _PerHost(
+            lambda: SlidingSum(settings.window_seconds))
+
+    def sent(self, s: Sent) -> Iterator[Crossing]:
+        total = self._sums.get(s.host).add(s.at, s.size())
+        budget = self.settings.model_host_bytes if s.model_host else self.settings.host_bytes
+        if total > budget and self.once.first(s.at, self.name, s.host):
+            yield Crossing(self.name, s.host,
+                           f"{_mib(total)} sent to {s.host} in "
+                           f"{self.settings.window_seconds:g} s (budget {_mib(budget)})",
+                           {"sent_bytes": int(total), "budget_bytes": budget,
+                            "window_seconds": self.settings.window_seconds,
+                            "model_host": s.model_host}, s.grant)
+
+
+# Tokens: runs of the characters of hashes, ids and encodings. One the host sent (a package's
+# integrity hash, an ETag, a session id, a cursor) and the cage sends back is an echo: data
+# that came from the host is no information sent to it.
+TOKEN = re.compile(rb"[A-Za-z0-9+/_-]{8,}")
+ECHO_MARK = b"\x00"
+MAX_ECHO_TOKENS = 4096  # per host
+MAX_ECHO_SCAN = 1024 * 1024  # of a response
+MAX_ECHO_STRIP = 64 * 1024  # of a request body; a larger one is measured as it is
+
+
+def _token_key(token: bytes) -> bytes:
+    return hashlib.blake2b(token, digest_size=8).digest()
+
+
+class _Stream:
+    """One host's requests through one compressor: what repeats costs next to nothing, what
+    the host itself sent costs nothing."""
+
+    __slots__ = ("compressor", "echoes", "grant", "sum")
+
+    def __init__(self, window: float):
+        # 32 KiB of history, as deflate has; level 6, for heads and small bodies alike
+        self.compressor = zlib.compressobj(6, zlib.DEFLATED, 15, 8)
+        self.sum = SlidingSum(window)
+        self.grant: str | None = None
+        self.echoes: OrderedDict[bytes, None] = OrderedDict()  # token digests, not tokens
+
+    def received(self, body: bytes) -> None:
+        for m in TOKEN.finditer(body, 0, min(len(body), MAX_ECHO_SCAN)):
+            self.echoes[_token_key(m.group())] = None
+        while len(self.echoes) > MAX_ECHO_TOKENS:
+            self.echoes.popitem(last=False)
+
+    def information(self, head: bytes, body: bytes) -> int:
+        if self.echoes:
+            head = self._strip(head)
+            if len(body) <= MAX_ECHO_STRIP:
+                body = self._strip(body)
+        c = self.compressor
+        return len(c.compress(head)) + len(c.compress(body)) + len(c.flush(zlib.Z_SYNC_FLUSH))
+
+    def _strip(self, data: bytes) -> bytes:
+        echoes = self.echoes
+        return TOKEN.sub(lambda m: ECHO_MARK if _token_key(m.group()) in echoes else m.group(),
+                         data)
+
+
+class Information:
+    """Information sent per window to all hosts but the model's, summed: random material adds
+    up, even when every request is small and passes every inspector on its own."""
+
+    name = "information"
+
+    def __init__(self, settings: BudgetSettings, once: Once):
+        self.settings, self.once = settings, once
+        self.total = SlidingSum(settings.window_seconds)
+        self._streams: _PerHost[_Stream] = _PerHost(lambda: _Stream(settings.window_seconds))
+
+    def sent(self, s: Sent) -> Iterator[Crossing]:
+        if s.model_host:
+            return
+        stream = self._streams.get(s.host)
+        stream.grant = s.grant
+        amount = stream.information(s.head(), s.body)
+        stream.sum.add(s.at, amount)
+        total = self.total.add(s.at, amount)
+        budget = self.settings.information_bytes
+        if total <= budget or not self.once.first(s.at, self.name, "*"):
+            return
+        # the finding is about the host that carried the most of it
+        top, top_stream = max(self._streams.items(), key=lambda kv: kv[1].sum.value(s.at))
+        yield Crossing(self.name, top,
+                           f"{_mib(total)} of information sent in "
+                           f"{self.settings.window_seconds:g} s (budget {_mib(budget)}), "
+                           f"most of it to {top}",
+                           {"information_bytes": int(total), "budget_bytes": budget,
+                            "host_information_bytes": int(top_stream.sum.value(s.at)),
+                            "window_seconds": self.settings.window_seconds},
+                           top_stream.grant)
+
+
+    def received(self, host: str, body: bytes) -> None:
+        """What `host` answered (its tokens, which the cage may send back as echoes)."""
+        self._streams.get(host).received(body)
+
+
+class Beacon:
+    """Requests to one host at one steady interval: a beacon calling home, which a poller also
+    is (a finding about an allowed host is only recorded, and made once per window)."""
+
+    name = "beacon"
+
+    def __init__(self, settings: BudgetSettings, once: Once):
+        self.settings, self.once = settings, once
+        self._times: _PerHost[deque[float]] = _PerHost(
+            lambda: deque(maxlen=settings.beacon_requests))
+
+    def sent(self, s: Sent) -> Iterator[Crossing]:
+        times = self._times.get(s.host)
+        times.append(s.at)
+        if len(times) < self.settings.beacon_requests:
+            return
+        gaps = [b - a for a, b in zip(times, list(times)[1:], strict=False)]
+        mean = sum(gaps) / len(gaps)
+        if mean < self.settings.beacon_min_interval:
+            return
+        spread = (max(gaps) - min(gaps)) / mean
+        if spread <= self.settings.beacon_jitter and self.once.first(s.at, self.name, s.host):
+            yield Crossing(self.name, s.host,
+                           f"{len(times)} requests to {s.host} every {mean:.1f} s "
+                           f"(spread {spread:.0%})",
+                           {"requests": len(times), "interval_seconds": round(mean, 3),
+                            "spread": round(spread, 3)}, s.grant)
+
+
+class NewHosts:
+    """Names first reached through runtime grants, per window: a wildcard grant used to fan
+    out over many hosts."""
+
+    name = "new_hosts"
+
+    def __init__(self, settings: BudgetSettings, once: Once):
+        self.settings, self.once = settings, once
+        self._new = SlidingSet(settings.window_seconds)
+        self._known: OrderedDict[str, None] = OrderedDict()
+
+    def sent(self, s: Sent) -> Iterator[Crossing]:
+        if s.grant is None or s.host in self._known:
+            return
+        self._known[s.host] = None
+        if len(self._known) > 4096:
+            self._known.popitem(last=False)
+        count = self._new.add(s.at, s.host)
+        if count > self.settings.new_hosts and self.once.first(s.at, self.name, s.grant):
+            yield Crossing(self.name, s.host,
+                           f"{count} new hosts reached through runtime grants in "
+                           f"{self.settings.window_seconds:g} s "
+                           f"(budget {self.settings.new_hosts})",
+                           {"new_hosts": count, "budget": self.settings.new_hosts,
+                            "window_seconds": self.settings.window_seconds}, s.grant)

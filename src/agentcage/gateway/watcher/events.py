@@ -1,0 +1,42 @@
+"""What the watcher is told, and what a budget answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request about to leave the gateway, as the cage sent it (before injection: no
+    secret value is in it, only placeholders)."""
+
+    host: str
+    port: int
+    method: str
+    target: str  # path and query
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    at: float
+    model_host: bool = False  # one of the model's own hosts (settings.model_hosts)
+    grant: str | None = None  # the runtime grant the host is reached by, if any
+
+    def size(self) -> int:
+        return (len(self.method) + len(self.target) + len(self.body)
+                + sum(len(k) + len(v) + 4 for k, v in self.headers))
+
+    def head(self) -> bytes:
+        """The request line and headers, as bytes."""
+        lines = [f"{self.method} {self.target}", *(f"{k}: {v}" for k, v in self.headers)]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """A budget crossed: which, about what, and the evidence (amounts, never the bytes)."""
+
+    budget: str
+    host: str  # the host, or the zone, it is about
+    summary: str  # one line for a person
+    evidence: dict[str, Any] = field(default_factory=dict)
+    grant: str | None = None  # the runtime grant involved, which the action may revoke

@@ -1,0 +1,152 @@
+"""A credential sent in pieces: each piece passes the secrets inspector, which sees one request
+at a time. Per host, the values of each field (a path segment, a query parameter, a header, a
+body field) are strung together as they change from one request to the next, and the string
+is searched with the secrets inspector's own catalogue (data/secret_patterns.json). A match
+that no single piece holds was put together across requests.
+
+Only the last `TAIL` characters of each field are kept, in memory, for the search; nothing of
+them is written anywhere. Bodies larger than `MAX_BODY` are not split into fields (an upload
+is not a drip), nor are the model hosts' (the conversation itself).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from urllib.parse import parse_qsl, unquote
+
+from agentcage.gateway.watcher.events import Crossing, Sent
+from agentcage.gateway.watcher.windows import Once
+from agentcage.inspect.patterns import PatternSet
+
+TAIL = 512  # characters of each field's string kept
+MAX_BODY = 16 * 1024
+MAX_FIELDS = 64  # per request
+MAX_FIELDS_PER_HOST = 256
+MAX_HOSTS = 256
+# headers every client sends, which carry no chosen data
+ORDINARY_HEADERS = frozenset((
+    "host", "content-length", "content-type", "user-agent", "accept", "accept-encoding",
+    "accept-language", "connection", "cache-control", "pragma", "te", "origin", "referer",
+    "upgrade", "sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+))
+
+
+def fields_of(s: Sent, with_body: bool) -> Iterator[tuple[str, str]]:
+    """(kind of field, value) of a request; the kind is how the field is told in a finding
+    (never its name when the cage chose it: a name can carry data too)."""
+    path, _, query = s.target.partition("?")
+    for i, segment in enumerate(p for p in path.split("/") if p):
+        yield f"path segment {i + 1}", unquote(segment)
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        yield "query parameter " + _key(key), value
+    for key, value in s.headers:
+        if key.lower() not in ORDINARY_HEADERS:
+            yield "header " + _key(key.lower()), value
+    if with_body and s.body and len(s.body) <= MAX_BODY:
+        yield from _body_fields(s.body)
+
+
+def _key(name: str) -> str:
+    """A field's name as a key of its string (kept in memory only)."""
+    return name[:64]
+
+
+def _body_fields(body: bytes) -> Iterator[tuple[str, str]]:
+    text = body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict | list):
+        yield from _leaves(doc, "body field ")
+        return
+    if "=" in text and "\n" not in text.strip():
+        pairs = parse_qsl(text, keep_blank_values=True)
+        if pairs:
+            for key, value in pairs:
+                yield "form field " + _key(key), value
+            return
+    yield "body", text
+
+
+def _leaves(doc: object, where: str, depth: int = 0) -> Iterator[tuple[str, str]]:
+    if depth > 8:
+        return
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _leaves(value, where + _key(str(key)) + ".", depth + 1)
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc[:32]):
+            yield from _leaves(value, f"{where}{i}.", depth + 1)
+    elif isinstance(doc, str):
+        yield where.rstrip("."), doc
+    elif isinstance(doc, int | float) and not isinstance(doc, bool):
+        yield where.rstrip("."), str(doc)
+
+
+class _Field:
+    __slots__ = ("last", "pieces", "tail")
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.tail = ""
+        self.pieces: deque[int] = deque(maxlen=64)  # lengths of the pieces in the tail
+
+
+class Reassembly:
+    name = "reassembly"
+
+    def __init__(self, patterns: PatternSet, once: Once):
+        self.patterns, self.once = patterns, once
+        self._hosts: OrderedDict[str, OrderedDict[str, _Field]] = OrderedDict()
+
+    def sent(self, s: Sent) -> Iterator[Crossing]:
+        fields = self._hosts.get(s.host)
+        if fields is None:
+            fields = self._hosts[s.host] = OrderedDict()
+            if len(self._hosts) > MAX_HOSTS:
+                self._hosts.popitem(last=False)
+        for n, (kind, value) in enumerate(fields_of(s, with_body=not s.model_host)):
+            if n >= MAX_FIELDS:
+                break
+            field = fields.get(kind)
+            if field is None:
+                field = fields[kind] = _Field()
+                if len(fields) > MAX_FIELDS_PER_HOST:
+                    fields.popitem(last=False)
+            if value == field.last or not value:
+                continue
+            field.last = value
+            field.tail = (field.tail + value)[-TAIL:]
+            field.pieces.append(len(value))
+            yield from self._search(s, kind, field, value)
+
+    def _search(self, s: Sent, kind: str, field: _Field, piece: str) -> Iterator[Crossing]:
+        tail = field.tail.encode("utf-8", "surrogateescape")
+        own = piece.encode("utf-8", "surrogateescape")
+        for pattern, match in self.patterns.scan(tail):
+            if match in own:
+                continue  # one request held it whole: the secrets inspector's to judge
+            if not self.once.first(s.at, self.name, f"{s.host} {pattern.id}"):
+                continue
+            yield Crossing(self.name, s.host,
+                           f"a {pattern.id} put together from {_pieces(field, tail, match)} "
+                           f"pieces sent to {s.host} in its {kind.split(' ')[0]}",
+                           {"pattern": pattern.id, "field": kind.split(" ")[0],
+                            "pieces": _pieces(field, tail, match),
+                            "length": len(match)}, s.grant)
+
+
+def _pieces(field: _Field, tail: bytes, match: bytes) -> int:
+    """How many of the last pieces the match spans."""
+    start = tail.rfind(match)
+    from_end = len(tail) - start
+    covered, count = 0, 0
+    for length in reversed(field.pieces):
+        covered += length
+        count += 1
+        if covered >= from_end:
+            break
+    return count

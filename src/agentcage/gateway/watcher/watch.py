@@ -1,0 +1,294 @@
+"""The watcher in the gateway: it tells the budgets of every request and name, turns what they
+answer into findings, and acts on them, only ever narrowing (see the package's docstring).
+
+Runs on the proxy's event loop; the resolver's thread tells it names too (under a lock), and
+what those cross is acted on at the next tick, on the loop (a grant is revoked there). Its
+state for the CLI is watcher.json in the cage's state directory (the gateway alone writes it;
+nothing in it is secret: hosts, amounts, grant ids).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from agentcage.domains import DomainMatcher, DomainRule, parse_pattern
+from agentcage.gateway.audit import AuditRecord, say
+from agentcage.gateway.control.grants import Grant, Grants
+from agentcage.gateway.watcher.budgets import Beacon, HostBytes, Information, NewHosts
+from agentcage.gateway.watcher.events import Crossing, Sent
+from agentcage.gateway.watcher.ladder import Change, Ladder
+from agentcage.gateway.watcher.names import ZoneNames
+from agentcage.gateway.watcher.reassembly import Reassembly
+from agentcage.gateway.watcher.settings import WatcherSettings
+from agentcage.gateway.watcher.windows import Once
+from agentcage.inspect.patterns import PatternSet
+
+FILE_VERSION = 1
+SAVE_EVERY = 5.0  # seconds: how often the usage of the budgets is written, when it changed
+KEPT_FINDINGS = 200
+TRACKED_CONNECTIONS = 2048
+
+
+def shipped_model_hosts() -> tuple[str, ...]:
+    doc = json.loads(resources.files("agentcage").joinpath("data/model_hosts.json").read_text())
+    return tuple(doc["hosts"])
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    at: float
+    budget: str
+    host: str
+    summary: str
+    evidence: dict[str, Any]
+    grant: str | None
+    action: str  # what was done: recorded | revoked grant ID | ...
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at, "budget": self.budget, "host": self.host,
+                "summary": self.summary, "evidence": self.evidence, "grant_id": self.grant,
+                "action": self.action}
+
+
+class Watcher:
+    def __init__(self, settings: WatcherSettings, audit: Callable[[AuditRecord], object],
+                 patterns: PatternSet, grants: Grants | None = None,
+                 path: Path | None = None, cut: Callable[[Iterable[Any]], int] = lambda c: 0,
+                 clock: Callable[[], float] = time.time):
+        self.settings, self.grants, self.path = settings, grants, path
+        self._audit, self._cut, self._clock = audit, cut, clock
+        budgets = settings.budgets
+        once = Once(budgets.window_seconds)
+        self.information = Information(budgets, once)
+        self.units: list[Any] = [HostBytes(budgets, once), self.information,
+                                 Beacon(budgets, once), NewHosts(budgets, once)]
+        if budgets.reassembly:
+            self.units.append(Reassembly(patterns, once))
+        self.names = ZoneNames(budgets, once)
+        self.ladder = Ladder(settings)
+        self._models = DomainMatcher(DomainRule(parse_pattern(h), None, "model")
+                                     for h in (*shipped_model_hosts(), *settings.model_hosts))
+        self._lock = threading.Lock()  # the units' state: the resolver's thread tells names
+        self._later: list[Crossing] = []  # crossed in the resolver's thread, acted on at tick
+        self.findings: deque[Finding] = deque(maxlen=KEPT_FINDINGS)
+        self.counts: dict[str, int] = {}
+        self.revoked: dict[str, Grant] = {}  # grants the watcher revoked: the operator's undo
+        self._connections: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self.version = 0  # changes when a quarantine begins or ends
+        self._dirty, self._saved_at = False, 0.0
+        self._load()
+
+    # ---- what the gateway asks ---------------------------------------------------------
+
+    def is_model_host(self, host: str) -> bool:
+        return self._models.match(host) is not None
+
+    def quarantined(self) -> bool:
+        return self.ladder.quarantined(self._clock())
+
+    def refusal(self, host: str) -> str | None:
+        """Why a request to `host` is refused now (a quarantine), or None."""
+        until = self.ladder.quarantined_until
+        if until is None or not self.ladder.quarantined(self._clock()):
+            return None
+        if self.is_model_host(host):
+            return None
+        return (f"the cage is quarantined by the watcher until "
+                f"{time.strftime('%H:%M:%S', time.localtime(until))} (only the model's hosts "
+                "are reachable); the operator can release it: agentcage watcher release CAGE")
+
+    # ---- what it is told -----------------------------------------------------------------
+
+    def sent(self, s: Sent, connection: Any = None) -> str | None:
+        """A request about to leave; why it must not, if the findings it made narrowed the
+        cage so far that its host is out (its grant revoked, or a quarantine begun)."""
+        if connection is not None and not s.model_host:
+            self._track(s.host, connection)
+        with self._lock:
+            crossings = [c for unit in self.units for c in unit.sent(s)]
+            crossings += list(self.names.named(s.host, s.at, s.grant))
+        self._dirty = True
+        revoked = False
+        for crossing in crossings:
+            revoked |= self._act(crossing) and crossing.grant == s.grant
+        if revoked:
+            return f"the watcher revoked grant {s.grant}: it carried too much"
+        return self.refusal(s.host)
+
+    def received(self, host: str, body: bytes) -> None:
+        """A response of `host` (what the cage may echo back to it without sending anything)."""
+        if self.is_model_host(host) or not body:
+            return
+        with self._lock:
+            self.information.received(host, body)
+
+    def named(self, name: str) -> None:
+        """A name the cage looked up (the resolver's thread)."""
+        with self._lock:
+            self._later.extend(self.names.named(name, self._clock()))
+
+    def observe(self, record: dict[str, Any]) -> None:
+        """An audit observer: the names of the cage's lookups."""
+        if record.get("direction") == "dns" and record.get("decision") == "allowed":
+            host = record.get("host")
+            if isinstance(host, str) and host:
+                self.named(host)
+
+    def tick(self) -> None:
+        """Four times a second, on the loop: act on what the resolver's thread found, end a
+        quarantine that is due, forgive after quiet."""
+        with self._lock:
+            later, self._later = self._later, []
+        for crossing in later:
+            self._act(crossing)
+        now = self._clock()
+        change = self.ladder.tick(now)
+        if change is not None:
+            self._changed(change)
+        elif self._dirty and now - self._saved_at >= SAVE_EVERY:
+            self._save()  # the budgets' usage, for `agentcage watcher status`
+
+    # ---- the operator ----------------------------------------------------------------------
+
+    def release(self) -> dict[str, Any]:
+        self._changed(self.ladder.release(), by="operator")
+        return self.status()
+
+    def restore(self, grant_id: str) -> dict[str, Any]:
+        """A grant the watcher revoked, in force again for the rest of its time."""
+        from agentcage.gateway.control.ceiling import RequestError
+
+        grant = self.revoked.get(grant_id)
+        if grant is None:
+            raise RequestError(f"the watcher revoked no grant {grant_id!r}; see `agentcage "
+                               "watcher findings CAGE`")
+        if self.grants is None:
+            raise RequestError("this cage has no policy API, so no grants")
+        self.grants.reinstate(grant)
+        del self.revoked[grant_id]
+        self._save()
+        return {"restored": grant.as_dict()}
+
+    def status(self) -> dict[str, Any]:
+        now = self._clock()
+        return {"enable": True, "quarantined": self.ladder.quarantined(now),
+                **self.ladder.as_dict(), "findings": sum(self.counts.values()),
+                "by_budget": dict(sorted(self.counts.items())),
+                "revoked": sorted(self.revoked), "action": self.settings.action,
+                "window_seconds": self.settings.budgets.window_seconds,
+                "information_bytes": int(self.information.total.value(now)),
+                "information_budget": self.settings.budgets.information_bytes}
+
+    # ---- acting ------------------------------------------------------------------------------
+
+    def _act(self, crossing: Crossing) -> bool:
+        """Record a finding and narrow as the settings say; True if its grant was revoked."""
+        now = self._clock()
+        revoked = False
+        action = "recorded"
+        grant = (self.grants.grant(crossing.grant)
+                 if self.grants is not None and crossing.grant else None)
+        if self.settings.action == "revoke" and grant is not None and self.grants is not None:
+            self.grants.revoke(grant.id, by="watcher",
+                               why=f"revoked by the watcher ({crossing.budget})")
+            self.revoked[grant.id] = grant
+            revoked = True
+            action = f"revoked grant {grant.id}"
+        finding = Finding(os.urandom(6).hex(), now, crossing.budget, crossing.host,
+                          crossing.summary, crossing.evidence, crossing.grant, action)
+        self.findings.append(finding)
+        self.counts[crossing.budget] = self.counts.get(crossing.budget, 0) + 1
+        self._record(AuditRecord("watcher", "flagged", crossing.summary, host=crossing.host,
+                                 by=crossing.budget,
+                                 extra={"finding_id": finding.id, "evidence": crossing.evidence,
+                                        "grant_id": crossing.grant, "action": action}))
+        change = self.ladder.finding(now)
+        if change is not None:
+            self._changed(change)
+        else:
+            self._save()
+        return revoked
+
+    def _changed(self, change: Change, by: str = "watcher") -> None:
+        self.version += 1
+        cut = 0
+        if change.what == "quarantined":
+            cut = self._cut([conn for _host, conn in self._connections.values()])
+            self._connections.clear()
+        reasons = {
+            "quarantined": f"quarantined: everything but the model's hosts refused for "
+                           f"{(change.until or 0) - self._clock():.0f} s "
+                           f"(strike {change.strikes}); {cut} connection(s) cut",
+            "recovered": "quarantine over (its time was up)",
+            "released": "quarantine released by the operator; strikes forgiven",
+            "forgiven": f"a quiet window: one strike forgiven ({change.strikes} left)",
+        }
+        decision = "blocked" if change.what == "quarantined" else "allowed"
+        self._record(AuditRecord("watcher", decision, reasons[change.what], by=by,
+                                 extra={"state": change.what, "until": change.until,
+                                        "strikes": change.strikes}))
+        self._save()
+
+    def _track(self, host: str, connection: Any) -> None:
+        self._connections[connection.id] = (host, connection)
+        self._connections.move_to_end(connection.id)
+        while len(self._connections) > TRACKED_CONNECTIONS:
+            self._connections.popitem(last=False)
+
+    def _record(self, record: AuditRecord) -> None:
+        try:
+            self._audit(record)
+        except Exception as e:  # the narrowing stands either way
+            say(f"cannot audit ({e}): watcher {record.decision}: {record.reason}")
+
+    # ---- watcher.json ------------------------------------------------------------------------
+
+    def document(self) -> dict[str, Any]:
+        return {"version": FILE_VERSION, "updated_at": self._clock(), "status": self.status(),
+                "findings": [f.as_dict() for f in self.findings],
+                "revoked": [g.as_dict() for g in self.revoked.values()]}
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        from agentcage.state import atomic_write
+
+        self._dirty, self._saved_at = False, self._clock()
+        try:
+            atomic_write(self.path, json.dumps(self.document(), indent=1) + "\n")
+        except OSError as e:  # in force either way; the CLI's view lags
+            self._record(AuditRecord("watcher", "flagged", f"cannot write {self.path}: {e}",
+                                     by="watcher"))
+
+    def _load(self) -> None:
+        """What a previous run of the gateway left: its findings, a quarantine in force."""
+        if self.path is None or not self.path.exists():
+            return
+        try:
+            doc = json.loads(self.path.read_text())
+            findings = [Finding(str(f["id"]), float(f["at"]), str(f["budget"]), str(f["host"]),
+                                str(f["summary"]), dict(f["evidence"]), f.get("grant_id"),
+                                str(f["action"])) for f in doc.get("findings", [])]
+            revoked = [Grant.from_dict(g) for g in doc.get("revoked", [])]
+            status = dict(doc.get("status") or {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            self._record(AuditRecord("watcher", "flagged", f"watcher.json unreadable ({e}); "
+                                     "starting afresh", by="watcher"))
+            return
+        self.findings.extend(findings)
+        counts = status.get("by_budget")
+        if isinstance(counts, dict):  # all of them, not only the findings kept
+            self.counts = {str(k): int(v) for k, v in counts.items()}
+        now = self._clock()
+        self.revoked = {g.id: g for g in revoked if g.expires_at > now}
+        self.ladder.restore(status, now)
