@@ -507,7 +507,10 @@ class CageService:
             raise StateError(f"cage {name!r} has no capture: {hint}")
         records, bad_lines = read_capture(files)
         doc, bad_records = convert(records, view)
-        return doc, bad_lines + bad_records
+        from agentcage import findings
+        from agentcage.har import annotate
+
+        return annotate(doc, findings.read(cage)["findings"]), bad_lines + bad_records
 
 
 def _apply_overrides(config: CageConfig, overrides: Overrides) -> CageConfig:

@@ -1108,11 +1108,17 @@ def doctor(as_json: bool) -> None:
               help="Do not record this run in the history (history.sqlite in --out).")
 @click.option("--print-findings", is_flag=True, help="Print the finding list too.")
 @click.option("--redact", is_flag=True, help="Strip host details; keep scores and findings.")
+@click.option("--allow-watcher-findings", is_flag=True,
+              help="Pass even when the cage's watcher has findings (by default a cage that "
+                   "alarmed fails: it is not a clean cage).")
 @JSON_FLAG
 def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
            baseline: Path | None, fail_on_regression: bool, no_history: bool,
-           print_findings: bool, redact: bool, as_json: bool) -> None:
-    """Measure the running cage NAME from inside with agentsec's probe, and score it."""
+           print_findings: bool, redact: bool, allow_watcher_findings: bool,
+           as_json: bool) -> None:
+    """Measure the running cage NAME from inside with agentsec's probe, and score it; with
+    the count of its watcher's findings (what left through allowed hosts and alarmed)."""
+    from agentcage import findings
     from agentcage.output import document
     from agentcage.verify import verify_cage, verify_plan
     from agentsec.gate import render_gate
@@ -1124,8 +1130,14 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
     measured = verify_cage(name, plan)
     saved, verdict, regression = measured.saved, measured.verdict, measured.regression
     report = saved.report
+    svc = _service()
+    watched = findings.status(svc._existing(name), svc.config(name).watcher.enable, time.time())
+    alarmed = watched["findings"] > 0 and not allow_watcher_findings
     if as_json:
-        _emit(document("verify", cage=name, report=report, passed=not verdict.failed,
+        _emit(document("verify", cage=name, report=report,
+                       passed=not verdict.failed and not alarmed,
+                       watcher={k: watched[k] for k in ("enable", "findings", "by_budget",
+                                                        "quarantined")},
                        gates=[check.as_dict() for check in verdict.checks],
                        regression=None if regression is None else
                        {"regressed": regression.regressed, "reasons": list(regression.reasons)},
@@ -1141,10 +1153,18 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
         if regression is not None and regression.regressed:
             out.print(f"REGRESSION against the previous verify of {report['label']}: "
                       + "; ".join(regression.reasons), markup=False)
+        by = ", ".join(f"{k} {v}" for k, v in watched["by_budget"].items())
+        out.print(f"watcher: {watched['findings']} finding(s)" + (f" ({by}); see `agentcage "
+                  f"watcher findings {name}`" if watched["findings"] else "")
+                  if watched["enable"] else "watcher: off", markup=False)
     if measured.history_error is not None:
         raise AgentcageError(str(measured.history_error))
-    if verdict.failed:
-        err.print(f"gate failed: {verdict.failures()}", markup=False)
+    failures = [verdict.failures()] if verdict.failed else []
+    if alarmed:
+        failures.append(f"the watcher has {watched['findings']} finding(s): a cage that "
+                        "alarmed is not a clean cage (--allow-watcher-findings to pass)")
+    if failures:
+        err.print(f"gate failed: {'; '.join(failures)}", markup=False)
         sys.exit(EXIT_GATE)
 
 

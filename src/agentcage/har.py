@@ -195,6 +195,25 @@ def _ws_message(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def annotate(doc: dict[str, Any], findings: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The watcher's findings in a HAR document: on the entry of the flow that crossed a
+    budget, as its comment, and counted in the log's comment."""
+    by_flow: dict[str, list[str]] = {}
+    for f in findings:
+        if f.get("flow"):
+            by_flow.setdefault(str(f["flow"]), []).append(
+                f"watcher finding {f.get('id')} ({f.get('budget')}): {f.get('summary')}; "
+                f"{f.get('action', 'recorded')}")
+    log = doc["log"]
+    for entry in log["entries"]:
+        said = by_flow.get(str(entry.get("_agentcage", {}).get("id")))
+        if said:
+            entry["comment"] = "; ".join(said)
+    if findings:
+        log["comment"] += f"; {len(findings)} watcher finding(s)"
+    return doc
+
+
 def to_har(records: Iterable[dict[str, Any]], view: str = "inbound") -> dict[str, Any]:
     return convert(records, view)[0]
 

@@ -52,6 +52,8 @@ def settings(**watcher: object) -> str:
 def cage(world, request):
     marker = request.node.get_closest_marker("watcher")
     extra = settings(**(marker.args[0] if marker else {}))
+    if marker and marker.kwargs.get("capture"):
+        extra += "capture: {enable_har: true}\n"
     yield from start_cage(world, "watched", ["allowed.example.test", "api.anthropic.com",
                                              "'*.zone.example.test'"], extra=extra)
 
@@ -260,3 +262,30 @@ def test_findings_and_status_are_readable_as_json_and_at_80_columns(cage):
     shown = operator(cage, "watcher", "findings", cage.name).stdout
     assert "reassembly" in shown and "key.example.test" in shown
     assert all(len(line) <= 80 for line in shown.splitlines()), shown
+
+
+@pytest.mark.netns
+@pytest.mark.watcher({}, capture=True)
+def test_a_cage_that_alarmed_fails_verify_and_its_capture_says_why(cage, tmp_path):
+    clean = operator(cage, "verify", cage.name, "--out", str(tmp_path / "a"), "--json")
+    assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr
+    assert json.loads(clean.stdout)["watcher"]["findings"] == 0
+    grant(cage, "key.example.test")
+    traffic(cage, "split", "key.example.test", TOKEN, 10)
+    alarmed = operator(cage, "verify", cage.name, "--out", str(tmp_path / "b"), "--json")
+    assert alarmed.returncode == 2, alarmed.stdout[-2000:] + alarmed.stderr
+    doc = json.loads(alarmed.stdout)
+    assert doc["passed"] is False and doc["watcher"]["by_budget"] == {"reassembly": 1}
+    assert "a cage that alarmed is not a clean cage" in alarmed.stderr
+    allowed = operator(cage, "verify", cage.name, "--out", str(tmp_path / "c"),
+                       "--allow-watcher-findings")
+    assert allowed.returncode == 0, allowed.stdout[-2000:] + allowed.stderr
+    assert "watcher: 1 finding(s) (reassembly 1)" in allowed.stdout
+    # the HAR export names the finding on the request that crossed the budget
+    har = operator(cage, "har", cage.name, "-o", str(tmp_path / "cage.har"))
+    assert har.returncode == 0, har.stderr
+    log = json.loads((tmp_path / "cage.har").read_text())["log"]
+    assert "1 watcher finding(s)" in log["comment"]
+    [entry] = [e for e in log["entries"] if "watcher finding" in e.get("comment", "")]
+    assert "reassembly" in entry["comment"] and entry["response"]["status"] == 403
+    assert TOKEN not in json.dumps(log)

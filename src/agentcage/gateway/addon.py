@@ -264,7 +264,8 @@ class CageAddon:
         if headers is None:
             headers = tuple(req.headers.items(multi=True))
         sent = Sent(name, port, method or req.method, st.path if st.path is not None else req.path,
-                    headers, body, self.clock(), self.watcher.is_model_host(name), st.grant)
+                    headers, body, self.clock(), self.watcher.is_model_host(name), st.grant,
+                    flow.id)
         return self.watcher.sent(sent, flow.client_conn)
 
     def _forward(self, flow: http.HTTPFlow) -> None:

@@ -20,6 +20,7 @@ class Sent:
     at: float
     model_host: bool = False  # one of the model's own hosts (settings.model_hosts)
     grant: str | None = None  # the runtime grant the host is reached by, if any
+    flow: str = ""  # the gateway's id of the flow (as in the capture)
 
     def size(self) -> int:
         return (len(self.method) + len(self.target) + len(self.body)

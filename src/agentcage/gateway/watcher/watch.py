@@ -53,11 +53,12 @@ class Finding:
     evidence: dict[str, Any]
     grant: str | None
     action: str  # what was done: recorded | revoked grant ID | ...
+    flow: str = ""  # the flow that crossed the budget (its capture record's id), if one did
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "at": self.at, "budget": self.budget, "host": self.host,
                 "summary": self.summary, "evidence": self.evidence, "grant_id": self.grant,
-                "action": self.action}
+                "action": self.action, "flow": self.flow}
 
 
 class Watcher:
@@ -120,7 +121,7 @@ class Watcher:
         self._dirty = True
         revoked = False
         for crossing in crossings:
-            revoked |= self._act(crossing) and crossing.grant == s.grant
+            revoked |= self._act(crossing, s.flow) and crossing.grant == s.grant
         if revoked:
             return f"the watcher revoked grant {s.grant}: it carried too much"
         return self.refusal(s.host)
@@ -191,7 +192,7 @@ class Watcher:
 
     # ---- acting ------------------------------------------------------------------------------
 
-    def _act(self, crossing: Crossing) -> bool:
+    def _act(self, crossing: Crossing, flow: str = "") -> bool:
         """Record a finding and narrow as the settings say; True if its grant was revoked."""
         now = self._clock()
         revoked = False
@@ -205,13 +206,14 @@ class Watcher:
             revoked = True
             action = f"revoked grant {grant.id}"
         finding = Finding(os.urandom(6).hex(), now, crossing.budget, crossing.host,
-                          crossing.summary, crossing.evidence, crossing.grant, action)
+                          crossing.summary, crossing.evidence, crossing.grant, action, flow)
         self.findings.append(finding)
         self.counts[crossing.budget] = self.counts.get(crossing.budget, 0) + 1
         self._record(AuditRecord("watcher", "flagged", crossing.summary, host=crossing.host,
                                  by=crossing.budget,
                                  extra={"finding_id": finding.id, "evidence": crossing.evidence,
-                                        "grant_id": crossing.grant, "action": action}))
+                                        "grant_id": crossing.grant, "action": action,
+                                        "flow": flow}))
         change = self.ladder.finding(now)
         if change is not None:
             self._changed(change)
@@ -278,7 +280,8 @@ class Watcher:
             doc = json.loads(self.path.read_text())
             findings = [Finding(str(f["id"]), float(f["at"]), str(f["budget"]), str(f["host"]),
                                 str(f["summary"]), dict(f["evidence"]), f.get("grant_id"),
-                                str(f["action"])) for f in doc.get("findings", [])]
+                                str(f["action"]), str(f.get("flow") or ""))
+                        for f in doc.get("findings", [])]
             revoked = [Grant.from_dict(g) for g in doc.get("revoked", [])]
             status = dict(doc.get("status") or {})
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
