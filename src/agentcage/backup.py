@@ -42,7 +42,7 @@ MANIFEST = "manifest.json"
 ROOT = "cage"  # the members' directory in the archive
 # What a backup holds of the cage's directory (files, and directories whole).
 FILES = ("cage.yaml", "cage.form.json", "cage.source.json", "overrides.json", "meta.json",
-         "domains.json", "grants.json")
+         "domains.json", "grants.json", "watcher.json")
 ROTATED = ("audit.jsonl", "capture.jsonl")  # and their rotated .1, .2, ...
 DIRECTORIES = ("ca", VOLUMES)
 SEALED_BY_HOST = (".cred",)  # systemd-creds: opened only on the machine that sealed them

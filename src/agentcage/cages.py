@@ -212,7 +212,11 @@ class CageService:
         if keep_entries:
             doc = policyfile.with_entries(doc, keep_entries)
         policyfile.compile_document(doc)  # never write what the gateway would refuse
-        self.backend.write_meta(cage, make_meta(spec, project, host_uid, host_gid, volumes))
+        meta = make_meta(spec, project, host_uid, host_gid, volumes)
+        self.backend.write_meta(cage, meta)
+        from agentcage.backends import credmasks
+
+        credmasks.refresh(cage, meta.volumes, meta.mask_credentials, meta.unmask)
         write_json(cage.policy, doc)
         text = document_text(spec.document)
         write_json(cage.root / FORM_FILE, {"sha256": _digest(text.encode()),
@@ -425,8 +429,10 @@ class CageService:
         cage = self.store.cage(name)
         if cage.exists():
             config = load_config(cage.config)
-            decider_key = (config.agents.decider.api_key or "").removeprefix("secret:")
-            if not any(r.env == key for r in config.secret_injection) and key != decider_key:
+            # the gateway's own models' keys (the decider, the watcher's re-reader) too
+            own = {(agent.api_key or "").removeprefix("secret:")
+                   for agent in (config.agents.decider, config.agents.watcher) if agent.enable}
+            if not any(r.env == key for r in config.secret_injection) and key not in own:
                 raise ConfigError(
                     f"cage {name} has no secret_injection rule for {key}, so it could never be "
                     f"used; add one ({{env: {key}, inject_to: [api.example.com]}}) to cage.yaml "

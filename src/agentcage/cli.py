@@ -167,13 +167,18 @@ def run(scaffold, command, secrets, forget, fresh, project, config_path, name, a
     request = RunRequest(name=cage_name, make_spec=make_spec, base=base, project=project,
                          command=_command(command) or None, interactive=interactive,
                          secrets=secrets, ask=lambda key: _ask_secret(key, cage_name),
-                         forget=forget, fresh=fresh, stored=stored)
+                         forget=forget, fresh=fresh, stored=stored,
+                         masked=_say_line)
     if interactive and not command:  # a person starting the agent: where, and the way out
         # (plain: rich costs the agent's start more than the line is worth)
         sys.stderr.write(f"agentcage: cage {cage_name}; Ctrl-] twice leaves a session that "
                          "hangs\n")
         sys.stderr.flush()
     sys.exit(run_in_cage(_service(), request))
+
+
+def _say_line(line: str) -> None:
+    sys.stderr.write(f"agentcage: {line}\n")
 
 
 def _ask_secret(key: str, cage: str) -> bytes:
@@ -235,6 +240,16 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
         name = config.name
     _keep_source(service, name, config_path)
     out.print(f"cage {name} {'created' if no_start else 'running'}")
+    _say_masked(service, name)
+
+
+def _say_masked(service, name: str) -> None:
+    """The credential files the cage masks, said where the cage is made."""
+    from agentcage.backends import credmasks
+
+    masked = credmasks.listed(service.store.cage(name))
+    if masked:
+        err.print(credmasks.describe(masked), markup=False, soft_wrap=True)
 
 
 def _keep_source(service, name: str, config_path: Path) -> None:
@@ -797,8 +812,13 @@ def watcher_status(name: str, as_json: bool) -> None:
     used, budget = info["information_bytes"], info["information_budget"]
     information = (f"{used / 1024:.1f} KiB of {budget / 1024:.0f} KiB in the window"
                    if used is not None and budget else "-")
+    scan = info["last_scan"] or {}
+    reread = ("off" if not info["reread"] else "no scan yet" if not scan else
+              f"{'ok' if scan.get('ok') else 'FAILED'} at "
+              f"{time.strftime('%H:%M:%S', time.localtime(scan.get('at') or 0))}: "
+              f"{scan.get('said')}")
     for label, value in (("state", state), ("strikes", str(info["strikes"])),
-                         ("sent", information),
+                         ("sent", information), ("re-reader", reread),
                          ("findings", f"{info['findings']} ({by})"),
                          ("revoked", ", ".join(info["revoked"]) or "-")):
         out.print(f"{label + ':':10} {value}", markup=False, soft_wrap=True)
@@ -834,6 +854,31 @@ def watcher_release(name: str) -> None:
     svc = _service()
     operator.change(svc, svc._existing(name), "release")
     out.print(f"cage {name}: not quarantined; strikes forgiven", markup=False)
+
+
+@watcher_group.command("scan")
+@click.argument("name", shell_complete=complete_cages)
+@click.option("--timeout", type=click.FloatRange(min=1), default=120, show_default=True,
+              help="seconds to wait for the scan's outcome")
+def watcher_scan(name: str, timeout: float) -> None:
+    """Have cage NAME's re-reader (agents.watcher) scan its traffic now, and say what it
+    found; exit 1 when the scan failed."""
+    from agentcage import findings
+    from agentcage import grants as operator
+
+    svc = _service()
+    cage = svc._existing(name)
+    started = operator.change(svc, cage, "scan")["started"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        scan = findings.read(cage)["status"].get("last_scan") or {}
+        if float(scan.get("at") or 0) >= started:
+            out.print(f"cage {name}: {scan.get('said')}", markup=False)
+            if not scan.get("ok"):
+                sys.exit(1)
+            return
+        time.sleep(0.2)
+    raise StateError(f"cage {name}: the scan did not end within {timeout:g} s")
 
 
 @watcher_group.command("restore")

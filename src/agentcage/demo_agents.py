@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 EXFIL_HOST = "exfil.example.test"  # a name no allowlist holds
-PLANTED_FILE = ".env.planted"  # in the project: a token an agent could stumble upon
+# In the project: a token an agent could stumble upon, left in an ordinary file (a .env, a key
+# file, would be empty in the cage: backends/credmasks.py), which only the gateway can stop.
+PLANTED_FILE = "release-notes.txt"
 EDIT_FILE, EDIT_TEXT = "EDITED.md", "edited by the agent\n"
 
 

@@ -37,6 +37,8 @@ def status(cage: CageDir, enabled: bool, now: float) -> dict[str, Any]:
             "findings": int(state.get("findings") or len(doc["findings"])),
             "by_budget": dict(state.get("by_budget") or {}),
             "revoked": [g.get("id") for g in doc["revoked"]],
+            "reread": bool(state.get("reread")),
+            "last_scan": state.get("last_scan"),
             "information_bytes": state.get("information_bytes"),
             "information_budget": state.get("information_budget"),
             "last_finding": state.get("last_finding")}

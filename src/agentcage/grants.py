@@ -47,6 +47,8 @@ def change(service: CageService, cage: CageDir, op: str, target: str = "") -> di
     if op in ("approve", "deny"):
         raise StateError(f"cage {cage.name} is not running: its pending requests went with its "
                          "gateway")
+    if op == "scan":
+        raise StateError(f"cage {cage.name} is not running: there is nothing to scan")
     from agentcage.gateway.audit import AuditLog
     from agentcage.gateway.control.grants import Grants
     from agentcage.gateway.control.settings import PolicyApiSettings

@@ -60,6 +60,8 @@ class RunRequest:
     fresh: bool = False  # the named volumes start empty (the kept ones are deleted)
     # told, before the command starts, which secrets were newly stored (and where)
     stored: Callable[[list[str], str], None] = field(default=lambda keys, backend: None)
+    # told, before the command starts, one line on the credential files the cage masks
+    masked: Callable[[str], None] = field(default=lambda line: None)
 
 
 def run(service: CageService, request: RunRequest) -> int:
@@ -90,6 +92,10 @@ def run(service: CageService, request: RunRequest) -> int:
 
         service.write_state(cage, spec, *resolve_volumes(spec, request.base, request.project,
                                                           (service.store.root,)))
+        from agentcage.backends import credmasks
+
+        if (masked := credmasks.listed(cage)):
+            request.masked(credmasks.describe(masked))
         return service.backend.run(cage, spec, list(request.command or spec.command),
                                    request.interactive, gateway=gateway)
     finally:

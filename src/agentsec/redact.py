@@ -45,6 +45,8 @@ def _redact_section(name: str, data: dict[str, Any]) -> None:
         for item in data["targets"]:
             if isinstance(item, dict):
                 item.pop("mount", None)  # where a file lies: paths (own_volume stays)
+    elif name == "project_credentials" and data.get("root") is not None:
+        data["root"] = "[project]"  # the working directory, as the context's cwd (dropped)
     elif name == "proc_environ":
         for key in ("pid1_extra_secret_names", "others_extra_secret_names"):
             if isinstance(data.get(key), list):

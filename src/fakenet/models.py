@@ -46,11 +46,12 @@ def wants(request: HttpRequest) -> bool:
     return request.method == "POST" and path in (ANTHROPIC_PATH, OPENAI_PATH)
 
 
-# A request that declares the policy API decider's tool is answered from its own script
-# (beside the session's: FakeInternet.script_decider), one behaviour for every call:
-# {"decide": {...}} (the tool call, with that input), {"say": "..."} (a text answer, no tool
-# call), {"status": 500}, {"raw": "..."} (a body that is not JSON), {"hang": seconds}.
-DECIDER_TOOL = "decide"
+# A request that declares one of the gateway's own tools (the policy API decider's `decide`,
+# the watcher re-reader's `report`) is answered from their script (beside the session's:
+# FakeInternet.script_decider), one behaviour for every call: {"decide": {...}} or
+# {"report": {...}} (that tool's call, with that input), {"say": "..."} (a text answer, no
+# tool call), {"status": 500}, {"raw": "..."} (a body that is not JSON), {"hang": seconds}.
+GATEWAY_TOOLS = ("decide", "report")
 DECIDER_SCRIPT = "decider-script.json"
 
 
@@ -68,7 +69,7 @@ def _decider_step(request: HttpRequest, script_file: str | None) -> dict[str, An
     except ValueError:
         return None
     tools = body.get("tools") or [] if isinstance(body, dict) else []
-    if not any(isinstance(t, dict) and t.get("name") == DECIDER_TOOL for t in tools):
+    if not any(isinstance(t, dict) and t.get("name") in GATEWAY_TOOLS for t in tools):
         return None
     steps = _read_script(str(Path(script_file).with_name(DECIDER_SCRIPT)))
     return steps[0] if steps else {"say": "no decider script"}
@@ -80,17 +81,18 @@ def _decider_answer(request: HttpRequest, step: dict[str, Any]) -> bytes:
     if "raw" in step:
         return _http(200, "application/json", str(step["raw"]).encode())
     anthropic = request.target.split("?", 1)[0] == ANTHROPIC_PATH
-    if "decide" in step:
+    tool = next((name for name in GATEWAY_TOOLS if name in step), None)
+    if tool is not None:
         if anthropic:
-            content = [{"type": "tool_use", "id": "toolu_decide", "name": DECIDER_TOOL,
-                        "input": step["decide"]}]
-            doc = {"id": "msg_decide", "type": "message", "role": "assistant",
+            content = [{"type": "tool_use", "id": f"toolu_{tool}", "name": tool,
+                        "input": step[tool]}]
+            doc = {"id": f"msg_{tool}", "type": "message", "role": "assistant",
                    "model": "fake-model", "content": content, "stop_reason": "tool_use"}
         else:
-            doc = {"id": "resp_decide", "object": "response", "status": "completed",
-                   "output": [{"type": "function_call", "id": "fc_decide",
-                               "call_id": "call_decide", "name": DECIDER_TOOL,
-                               "arguments": json.dumps(step["decide"])}]}
+            doc = {"id": f"resp_{tool}", "object": "response", "status": "completed",
+                   "output": [{"type": "function_call", "id": f"fc_{tool}",
+                               "call_id": f"call_{tool}", "name": tool,
+                               "arguments": json.dumps(step[tool])}]}
     elif anthropic:
         doc = {"id": "msg_decide", "type": "message", "role": "assistant",
                "content": [{"type": "text", "text": str(step.get("say", ""))}],

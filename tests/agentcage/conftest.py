@@ -144,14 +144,21 @@ def watcher_findings(state: Path, name: str, since: float = 0.0) -> list[dict]:
 
 def start_cage(net, name: str, allow: list[str], *,
                gateway_env: dict[str, str] | None = None, home: Path | None = None,
-               **kw) -> Iterator[CageHandle]:
-    """`home`: the state directory (AGENTCAGE_HOME) to use, e.g. on a small tmpfs."""
+               files: dict[str, str] | None = None, **kw) -> Iterator[CageHandle]:
+    """`home`: the state directory (AGENTCAGE_HOME) to use, e.g. on a small tmpfs; `files`:
+    more files of the project (relative path -> text), the agent's."""
     tmp = Path(tempfile.mkdtemp(prefix="agentcage-test-"))  # /tmp: reachable by the agent uid
     os.chmod(tmp, 0o755)
     store = StateStore(home or tmp / "home")
     backend = NamespaceBackend(store, gateway_env=gateway_env)
     service = CageService(store, backend)
     project = make_project(tmp / "work")
+    for relative, text in (files or {}).items():
+        path = project / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        for owned in (path, *path.relative_to(project).parents):
+            os.chown(project / owned, AGENT_UID, AGENT_UID)
     config = load_config_text(cage_yaml(net, name, allow, **kw))
     try:
         service.create(config, project)

@@ -127,6 +127,7 @@ SEALED: dict[str, Any] = {
                 }
             ]
         },
+        "project_credentials": {"root": "/work", "truncated": False, "files": []},
         "sockets": {
             "runtime": [{"path": "/var/run/docker.sock", "rootless": False, "result": "absent"}],
             "ssh_agent": {"set": False, "result": "absent"},

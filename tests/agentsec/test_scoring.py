@@ -237,6 +237,13 @@ FIRES = [
         ),
     ),
     (
+        "SEC-011",
+        outputs.with_data(
+            "project_credentials",
+            files=[{"path": ".env", "readable": True, "holds": True}],
+        ),
+    ),
+    (
         "FS-001",
         outputs.with_data(
             "filesystem", writable_dirs=[{"path": "/etc", "writable": True, "errno": None}]
@@ -663,6 +670,57 @@ def test_gitconfig_and_a_token_less_npmrc_are_not_credentials():
         if f.id == "SEC-003"
     )
     assert finding.evidence == ("~/.npmrc",)
+
+
+def _project(*files: tuple[str, bool, bool | None], truncated: bool = False):
+    return outputs.with_data(
+        "project_credentials",
+        truncated=truncated,
+        files=[{"path": p, "readable": r, "holds": h} for p, r, h in files],
+    )
+
+
+def test_project_credential_files_count_when_readable_and_not_known_empty():
+    out = _project(
+        (".env", True, True),
+        ("config/id_rsa", True, True),
+        ("certs/server.pem", True, True),
+        (".npmrc", True, None),  # readable, but whether it names a token could not be told
+        (".env.local", True, False),  # empty: agentcage's mask
+        ("certs/ca.pem", True, False),  # a certificate, no private key
+        ("secret/.env", False, False),  # refused
+    )
+    finding = next(f for f in _assess(out).findings if f.id == "SEC-011")
+    assert finding.evidence == (".env", ".npmrc", "certs/server.pem", "config/id_rsa")
+    assert finding.severity == "high" and finding.axis == "secrets"
+    assert finding.points == catalogue.load().points["high"]
+    assert finding.owasp == ("ASI03",)
+    assert finding.detail == ()
+
+
+def test_a_project_of_empty_or_masked_credential_files_has_no_finding():
+    out = _project((".env", True, False), (".npmrc", True, False), ("key.pem", True, False),
+                   ("id_rsa", False, False))
+    assert "SEC-011" not in _ids(out)
+    assert _axis(out, "secrets") == "sealed"
+    assert "SEC-011" in _ids(_project((".env", True, True)))  # control
+
+
+def test_a_cut_scan_says_so_beside_the_files_it_found():
+    out = _project((".env", True, True), truncated=True)
+    finding = next(f for f in _assess(out).findings if f.id == "SEC-011")
+    assert finding.evidence == (".env",)
+    assert finding.detail == ("the probe's scan of the project stopped at its bound",)
+
+
+def test_an_older_probe_without_the_project_section_did_not_measure_it():
+    old = outputs.sealed()
+    del old["sections"]["project_credentials"]
+    result = _assess(old)
+    assert "SEC-011" not in {f.id for f in result.findings}
+    secrets = next(a for a in result.axes if a.id == "secrets")
+    assert secrets.state == "not_measured"
+    assert result.score_is_lower_bound
 
 
 def test_a_foreign_proc_shows_host_processes_only_when_it_is_the_hosts():

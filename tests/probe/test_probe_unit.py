@@ -30,8 +30,9 @@ from tests.probe.conftest import (
 )
 
 SECTION_NAMES = (
-    "identity", "namespaces", "network", "proxy", "secrets_env", "credentials", "sockets",
-    "keyring", "proc_environ", "filesystem", "processes", "persistence", "resources", "paths",
+    "identity", "namespaces", "network", "proxy", "secrets_env", "credentials",
+    "project_credentials", "sockets", "keyring", "proc_environ", "filesystem", "processes",
+    "persistence", "resources", "paths",
 )
 MARKER_PREFIX = ".agentsec-probe-"
 PROBED_DIRS = ("/", "/etc", "/usr/bin", "/usr/local/bin", "/root", "/home", "/var", "/opt",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from agentcage import rootless
 from agentcage.addresses import parse_ip
-from agentcage.backends import cgroups, host, netplan, workload
+from agentcage.backends import cgroups, credmasks, host, netplan, workload
 from agentcage.backends.gateways import (  # noqa: F401  (gateway_environment: its old home)
     READY_TIMEOUT,
     GatewayProcess,
@@ -160,7 +160,7 @@ class NamespaceBackend:
         """Refuse what this backend cannot enforce, instead of silently ignoring it (read
         from the validated form: what cage.yaml asks for)."""
         doc = spec.document
-        container, ports, agents = doc["container"], doc["ports"], doc["agents"]
+        container, ports = doc["container"], doc["ports"]
         unsupported = []
         if doc["isolation"] not in ("auto", "namespace"):
             unsupported.append(f"isolation {doc['isolation']} (this backend is namespace)")
@@ -179,8 +179,6 @@ class NamespaceBackend:
                                "install the agent on the host, e.g. `npm install -g`)")
         if container["rootfs"]:
             unsupported.append("container.rootfs")
-        if agents["watcher"]["enable"]:
-            unsupported.append("agents.watcher (not built yet)")
         if rootless.active():
             refusal = cgroups.detect().rootless_refusal(
                 cgroups.Limits(spec.memory, spec.pids, spec.cpus))
@@ -237,6 +235,8 @@ class NamespaceBackend:
                 self.stop(cage, grace=0)
             raise
         try:
+            meta = self.meta(cage)  # credential files made since the last walk: masked too
+            credmasks.refresh(cage, meta.volumes, meta.mask_credentials, meta.unmask)
             return self._bring_up(cage, spec, plan, gateway, dns_servers, command)
         except BaseException:
             self.stop(cage)

@@ -44,6 +44,8 @@ class CageMeta:
     named_volumes: tuple[tuple[str, str, str], ...] = ()
     # (cage path, merge|text, content): container.seed_files (seeds.py)
     seed_files: tuple[tuple[str, str, str], ...] = ()
+    mask_credentials: bool = True  # credmasks.py
+    unmask: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return {"project": self.project, "host_uid": self.host_uid, "host_gid": self.host_gid,
@@ -52,7 +54,8 @@ class CageMeta:
                 "lifecycle": self.lifecycle, "secret_env": list(self.secret_env),
                 "files": dict(self.files),
                 "named_volumes": [list(v) for v in self.named_volumes],
-                "seed_files": [list(s) for s in self.seed_files]}
+                "seed_files": [list(s) for s in self.seed_files],
+                "mask_credentials": self.mask_credentials, "unmask": list(self.unmask)}
 
     @classmethod
     def from_dict(cls, d: dict) -> CageMeta:
@@ -71,6 +74,8 @@ class CageMeta:
             named_volumes=tuple((str(a), str(b), str(c))
                                 for a, b, c in d.get("named_volumes", ())),
             seed_files=tuple((str(a), str(b), str(c)) for a, b, c in d.get("seed_files", ())),
+            mask_credentials=bool(d.get("mask_credentials", True)),
+            unmask=tuple(str(u) for u in d.get("unmask", ())),
         )
 
 
@@ -93,7 +98,7 @@ def make_meta(spec: CageSpec, project: Path, host_uid: int, host_gid: int,
         tmpfs += (("/tmp", None),)
     return CageMeta(str(project), host_uid, host_gid, volumes, spec.uid, spec.gid, tmpfs,
                     spec.env, spec.lifecycle, spec.secret_env, spec.files, spec.named_volumes,
-                    spec.seed_files)
+                    spec.seed_files, spec.mask_credentials, spec.unmask)
 
 
 def choose_host_user(spec: CageSpec, project: Path) -> tuple[int, int, str]:

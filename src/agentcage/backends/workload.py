@@ -151,6 +151,11 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
                 raise BackendError(str(e)) from None
             masks += m
             read_only += r
+    if t.meta.mask_credentials:  # credential files in the host directories: empty here
+        from agentcage.backends import credmasks
+
+        for masked in credmasks.still_files(credmasks.listed(t.cage)):
+            files.append(data("masked", b"", masked.dest))
     for index, volume in enumerate(named):
         source = (volumes.staged_path(index) if _stages_volumes()
                   else str(volumes.volumes_root(t.cage) / volume.name))

@@ -146,7 +146,9 @@ FORMS['claude-code'] = {'name': '__NAME__',
                                                                                                'every '
                                                                                                'attempt '
                                                                                                'is '
-                                                                                               'recorded.\n'}}},
+                                                                                               'recorded.\n'}},
+                                      'mask_credentials': True,
+                                      'unmask': []},
                         'domains': {'mode': 'allowlist',
                                     'allow': ['api.anthropic.com'],
                                     'block': [],
@@ -381,7 +383,9 @@ FORMS['codex'] = {'name': '__NAME__',
                                                                                         'every '
                                                                                         'attempt '
                                                                                         'is '
-                                                                                        'recorded.\n'}}},
+                                                                                        'recorded.\n'}},
+                                'mask_credentials': True,
+                                'unmask': []},
                   'domains': {'mode': 'allowlist',
                               'allow': ['api.openai.com'],
                               'block': [],
@@ -484,7 +488,9 @@ FORMS['minimal'] = {'name': '__NAME__',
                                   'env': {},
                                   'limits': {'memory': 2147483648, 'pids': 1024, 'cpu': 'auto'},
                                   'files': {},
-                                  'seed_files': {}},
+                                  'seed_files': {},
+                                  'mask_credentials': True,
+                                  'unmask': []},
                     'domains': {'mode': 'allowlist', 'allow': [], 'block': [], 'passthrough': []},
                     'ports': {'tcp': {'allow': [80, 443], 'passthrough': []},
                               'udp': {'allow': []},

@@ -114,6 +114,21 @@ class Container(Strict):
     # The agent's own state in a named volume: what its first run would ask, answered (see
     # SeedFile). Paths lie under a named volume's container path.
     seed_files: dict[str, SeedFile] = Field(default_factory=dict)
+    # Credential files in the host directories (.env, private keys, an .npmrc with a token,
+    # cloud credential files) are empty in the cage; `unmask` names those the agent may
+    # read (paths relative to their directory, as `create` lists them).
+    mask_credentials: bool = True
+    unmask: list[str] = Field(default_factory=list)
+
+    @field_validator("unmask")
+    @classmethod
+    def _unmask(cls, v: list[str]) -> list[str]:
+        for path in v:
+            parts = path.strip("/").split("/")
+            if path.startswith("/") or not path.strip("/") or ".." in parts:
+                raise ValueError(f"{path!r}: write a path relative to the project, as "
+                                 "`agentcage create` lists the masked files (e.g. .env)")
+        return v
 
     @field_validator("user")
     @classmethod
@@ -328,27 +343,39 @@ class LlmAgent(Strict):
     timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 30
 
 
+def _usable_agent(agent: LlmAgent, what: str) -> None:
+    """An enabled model of the gateway's own: a provider built, a model, a key of its own."""
+    if not agent.enable:
+        return
+    if agent.provider == "openrouter":
+        raise ValueError("provider openrouter: not built yet; use anthropic or openai")
+    if not agent.model:
+        raise ValueError(f"model: required for the {what} (e.g. claude-haiku-4-5)")
+    if not agent.api_key or not re.fullmatch(r"secret:[A-Za-z_][A-Za-z0-9_]*", agent.api_key):
+        raise ValueError("api_key: write secret:NAME and store the key with `agentcage "
+                         "secret set CAGE NAME` (it stays on the host, and out of the cage)")
+
+
 class Decider(LlmAgent):
     """The policy API's `llm` decider (policy_api.deciders names it)."""
 
     @model_validator(mode="after")
     def _usable(self) -> Decider:
-        if not self.enable:
-            return self
-        if self.provider == "openrouter":
-            raise ValueError("provider openrouter: not built yet; use anthropic or openai")
-        if not self.model:
-            raise ValueError("model: required for the decider (e.g. claude-haiku-4-5)")
-        if not self.api_key or not re.fullmatch(r"secret:[A-Za-z_][A-Za-z0-9_]*", self.api_key):
-            raise ValueError("api_key: write secret:NAME and store the key with `agentcage "
-                             "secret set CAGE NAME` (it stays on the host, and out of the cage)")
+        _usable_agent(self, "decider")
         return self
 
 
 class Watcher(LlmAgent):
+    """The watcher's LLM re-reader (the budgets are the `watcher` section)."""
+
     interval_seconds: Annotated[int, Field(ge=60)] = 300
     window_seconds: Annotated[int, Field(ge=60)] = 600
     auto_revoke: bool = True
+
+    @model_validator(mode="after")
+    def _usable(self) -> Watcher:
+        _usable_agent(self, "watcher")
+        return self
 
 
 class Agents(Strict):
@@ -491,11 +518,16 @@ class CageConfig(Strict):
         if enabled and not wanted:
             raise ValueError("agents.decider is enabled but policy_api.deciders does not name "
                              "llm: add it where it decides, e.g. [llm, human]")
-        key = (self.agents.decider.api_key or "").removeprefix("secret:")
-        if enabled and any(r.env == key for r in self.secret_injection):
-            raise ValueError(f"agents.decider.api_key: {key} is injected into requests by a "
-                             "secret_injection rule; the decider's key must be a secret of "
-                             "its own")
+        for which, agent in (("decider", self.agents.decider),
+                             ("watcher", self.agents.watcher)):
+            key = (agent.api_key or "").removeprefix("secret:")
+            if agent.enable and any(r.env == key for r in self.secret_injection):
+                raise ValueError(f"agents.{which}.api_key: {key} is injected into requests by "
+                                 f"a secret_injection rule; the {which}'s key must be a secret "
+                                 "of its own")
+        if self.agents.watcher.enable and not self.watcher.enable:
+            raise ValueError("agents.watcher (the re-reader) acts through the watcher: set "
+                             "watcher.enable: true, or turn agents.watcher off")
         return self
 
     @model_validator(mode="after")

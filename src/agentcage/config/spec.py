@@ -55,6 +55,8 @@ class CageSpec:
     # (cage path, "merge" | "text", content): merge's content is its object as JSON text
     seed_files: tuple[tuple[str, str, str], ...]
     secret_env: tuple[str, ...]  # env names with an injection rule: placeholders in the cage
+    mask_credentials: bool  # credential files in the host directories: empty in the cage
+    unmask: tuple[str, ...]  # ...but these (relative paths)
     memory: int | None
     pids: int | None
     cpus: float | None
@@ -102,8 +104,7 @@ class CageSpec:
             inspectors=tuple(dict(i) for i in doc["inspectors"]),
             capture=dict(doc["capture"]),
             policy_api=_policy_api(doc),
-            # a form stored before the watcher existed has no section: the defaults
-            watcher=dict(doc.get("watcher") or {}),
+            watcher=_watcher(doc),
         )
         return cls(
             document=doc,
@@ -120,6 +121,9 @@ class CageSpec:
             files=tuple(sorted(container["files"].items())),
             seed_files=tuple(seeds),
             secret_env=tuple(sorted(r["env"] for r in rules)),
+            # (forms stored before masking existed have neither key: the defaults)
+            mask_credentials=bool(container.get("mask_credentials", True)),
+            unmask=tuple(container.get("unmask", ())),
             memory=limits["memory"],
             pids=limits["pids"],
             cpus=cpus(limits["cpu"]),
@@ -146,6 +150,21 @@ def _policy_api(doc: Mapping[str, Any]) -> dict[str, Any]:
         settings.update(llm_provider=decider["provider"], llm_model=decider["model"],
                         llm_key=str(decider["api_key"]).removeprefix("secret:"),
                         llm_timeout_seconds=decider["timeout_seconds"])
+    return settings
+
+
+def _watcher(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The gateway's watcher settings: cage.yaml's section (a form stored before the watcher
+    existed has none: the defaults), with its re-reader from agents.watcher."""
+    settings = dict(doc.get("watcher") or {})
+    reader = doc["agents"]["watcher"]
+    if reader["enable"]:
+        settings.update(llm_provider=reader["provider"], llm_model=reader["model"],
+                        llm_key=str(reader["api_key"]).removeprefix("secret:"),
+                        llm_timeout_seconds=reader["timeout_seconds"],
+                        llm_interval_seconds=reader["interval_seconds"],
+                        llm_window_seconds=reader["window_seconds"],
+                        llm_auto_revoke=reader["auto_revoke"])
     return settings
 
 

@@ -40,7 +40,8 @@ class FlowAudit:
             "outbound", verdict.decision, verdict.reason, host=host, method=flow.request.method,
             port=port, path=path, url=f"{flow.request.scheme}://{host}:{port}{path}",
             by=verdict.by, status=status, inspectors=tuple(st.decisions),
-            secrets_injected=st.injected, extra={"flow": flow.id})
+            secrets_injected=st.injected,
+            extra={"flow": flow.id, **({"grant_id": st.grant} if st.grant else {})})
         if must:
             self.audit(record)
         else:

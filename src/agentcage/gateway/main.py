@@ -37,6 +37,7 @@ from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
+from agentcage.gateway.watcher.reread import ReReader
 from agentcage.gateway.watcher.watch import Watcher
 from agentcage.inspect.patterns import load_patterns
 from agentcage.inspect.protocol import Decision
@@ -195,21 +196,41 @@ def reload_secrets(settings: GatewaySettings, addon: CageAddon, audit: AuditLog)
     _ack(settings, armour, None)
 
 
+def _model_post(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAddressRule,
+                provider: str):
+    """HTTPS to a model provider for the gateway's own calls (the decider, the re-reader):
+    over the uplink, to that provider's host alone, checked as every upstream is (llm.py)."""
+    host = PROVIDERS[provider][0]
+    connector = UpstreamConnector(
+        UpstreamResolver(settings.dns_servers, uplink), addresses,
+        lambda name, port: None if (name, port) == (host, 443) else "not the model's provider",
+        settings.connect_timeout_seconds)
+    return uplink_post(connector, settings.upstream_ca_path)
+
+
 def _llm_decider(settings: GatewaySettings, uplink: Uplink,
                  addresses: UpstreamAddressRule) -> LlmDecider | None:
-    """The policy API's `llm` decider, when cage.yaml has one: it reaches its provider alone,
-    over the uplink, checked as every upstream is (llm.py)."""
+    """The policy API's `llm` decider, when cage.yaml has one."""
     api = settings.policy_api
     if not api.llm_provider:
         return None
-    host = PROVIDERS[api.llm_provider][0]
-    connector = UpstreamConnector(
-        UpstreamResolver(settings.dns_servers, uplink), addresses,
-        lambda name, port: None if (name, port) == (host, 443) else "not the decider's provider",
-        settings.connect_timeout_seconds)
     return LlmDecider(api.llm_provider, api.llm_model,
                       staged_key(settings.secrets_path, api.llm_key),
-                      uplink_post(connector, settings.upstream_ca_path), api.llm_timeout_seconds)
+                      _model_post(settings, uplink, addresses, api.llm_provider),
+                      api.llm_timeout_seconds)
+
+
+def _rereader(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAddressRule,
+              watcher: Watcher | None, audit: AuditLog) -> ReReader | None:
+    """The watcher's LLM re-reader, when cage.yaml has one (agents.watcher)."""
+    ws = settings.watcher
+    if watcher is None or not ws.llm_provider:
+        return None
+    return ReReader(ws, watcher, Path(settings.audit_path),
+                    Path(settings.capture_path) if settings.capture_path else None,
+                    staged_key(settings.secrets_path, ws.llm_key),
+                    _model_post(settings, uplink, addresses, ws.llm_provider),
+                    audit.write_or_say)
 
 
 async def serve(settings: GatewaySettings, uplink: Uplink,
@@ -316,6 +337,10 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         asyncio.create_task(_heartbeat(Path(settings.audit_path).parent,
                                        settings.counter_interval_seconds)),
     ]
+    reader = _rereader(settings, uplink, addresses, watcher, audit_log)
+    if reader is not None and watcher is not None:
+        watcher.reader = reader
+        tasks.append(asyncio.create_task(reader.run()))
     if grants is not None or watcher is not None:
         channel = (OperatorChannel(Path(settings.control_dir), grants, watcher)
                    if settings.control_dir else None)

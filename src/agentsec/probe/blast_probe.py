@@ -8,17 +8,18 @@ exits 0. It needs only the Python standard library (3.8 or newer) and Linux's /p
 What it measures, one small section each: identity and confinement (capabilities, seccomp,
 user namespace, Landlock, LSM, io_uring), whether new namespaces can be made, network egress
 (TCP, IPv6, one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port),
-secret-looking environment variable names, credential files, container runtime and SSH agent
-sockets, the kernel keyring, other processes' environments, writable directories and /proc/sys
-files, host mounts, setuid programs, visible processes, files that would persist outside the
-sandbox, and resource limits.
+secret-looking environment variable names, credential files (in the home, and in the working
+directory: the project), container runtime and SSH agent sockets, the kernel keyring, other
+processes' environments, writable directories and /proc/sys files, host mounts, setuid programs,
+visible processes, files that would persist outside the sandbox, and resource limits.
 
 What it never does:
 - report or keep a secret: environment variables are reported by name and length only; a
   credential file is opened and zero bytes are read from it (an .npmrc is read to learn whether it
-  names a token, and only that yes or no is kept); another process's /proc/<pid>/environ is read
-  only to compare it with the probe's own, and only counts and secret-looking names are kept; a
-  kernel key is asked for its payload's size, never its payload;
+  names a token, and a .pem or .key in the working directory has its first 256 bytes read to
+  learn whether it holds a private key: only that yes or no is kept); another process's
+  /proc/<pid>/environ is read only to compare it with the probe's own, and only counts and
+  secret-looking names are kept; a kernel key is asked for its payload's size, never its payload;
 - send a byte on a TCP connection to a target: it connects and closes. The only datagram it sends
   is one fixed DNS question (`example.com A`) to the udp_dns target. A configured HTTP proxy is
   sent only `CONNECT host:port` with a Host header (and Proxy-Authorization only when
@@ -59,7 +60,7 @@ import time
 import warnings
 
 PROBE_FORMAT = 1
-PROBE_VERSION = "1.2.0"
+PROBE_VERSION = "1.3.0"
 
 # ---------------------------------------------------------------------------------------------
 # Fixed targets. AGENTSEC_PROBE_TARGETS may replace any of these keys (docs/probe-output.md).
@@ -126,6 +127,105 @@ ABSOLUTE_CREDENTIAL_PATHS = (
     "/var/run/secrets/kubernetes.io/serviceaccount/token",
     "/etc/shadow",
 )
+
+# Credential files in the working directory (the project an agent is given): what an agent
+# can read there it can send. One catalogue for the probe's check and for agentcage, which
+# masks these files in its cages. Matched on a file's name; the directories below are skipped.
+PROJECT_CREDENTIAL_NAMES = (
+    ".env", ".envrc", ".npmrc", ".pypirc", ".netrc", ".git-credentials", ".dockercfg",
+    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "credentials.json",
+    "service-account.json", "application_default_credentials.json",
+)
+PROJECT_CREDENTIAL_PATHS = (".aws/credentials", ".docker/config.json", ".kube/config")
+PROJECT_ENV_PREFIX = ".env."  # .env.local, .env.production...
+PROJECT_ENV_TEMPLATES = (".example", ".sample", ".template", ".dist", ".defaults")
+PROJECT_KEY_SUFFIXES = (".pem", ".key")  # only when they hold a private key
+PROJECT_KEYSTORE_SUFFIXES = (".p12", ".pfx", ".jks", ".keystore")
+PROJECT_SKIP_DIRS = (".git", "node_modules", ".venv", "venv", "__pycache__", ".tox",
+                     ".mypy_cache", ".cache", ".npm-cache")
+PROJECT_SCAN_ENTRIES = 20000  # directory entries looked at, at most
+PROJECT_SCAN_DEPTH = 8
+PRIVATE_KEY_MARK = b"PRIVATE KEY"
+PRIVATE_KEY_HEAD = 256  # bytes of a .pem or .key read to learn whether it holds a private key
+MAX_PROJECT_CREDENTIALS = 64  # files the project_credentials section lists, at most
+
+
+def project_credential_kind(relative):
+    """Why the file at `relative` (a path under the project, with /) may be a credential: its
+    kind, or None. From its name alone; whether it holds one is `project_credential_holds`."""
+    name = relative.rsplit("/", 1)[-1]
+    if name in PROJECT_CREDENTIAL_NAMES or any(
+            relative == p or relative.endswith("/" + p) for p in PROJECT_CREDENTIAL_PATHS):
+        return "npmrc" if name == ".npmrc" else "file"
+    if name.startswith(PROJECT_ENV_PREFIX) and not name.endswith(PROJECT_ENV_TEMPLATES):
+        return "file"
+    if name.endswith(PROJECT_KEY_SUFFIXES):
+        return "key"
+    if name.endswith(PROJECT_KEYSTORE_SUFFIXES):
+        return "file"
+    return None
+
+
+def private_key_held(path):
+    """Whether a .pem or .key file holds a private key: True, False, or None if unreadable.
+    Its first bytes are read for the PEM header; nothing of them is kept."""
+    try:
+        with open(path, "rb") as handle:
+            return PRIVATE_KEY_MARK in handle.read(PRIVATE_KEY_HEAD)
+    except OSError:
+        return None
+
+
+def project_credential_holds(path, kind):
+    """Whether a catalogued file holds a credential (not empty; an .npmrc that names a token;
+    a .pem or .key with a private key): True, False, or None if that cannot be told."""
+    try:
+        if os.stat(path).st_size == 0:
+            return False  # empty, or masked: nothing to read
+    except OSError:
+        return None
+    if kind == "npmrc":
+        return npmrc_holds_token(path)
+    if kind == "key":
+        return private_key_held(path)
+    return True
+
+
+def project_credential_files(root, max_entries=PROJECT_SCAN_ENTRIES):
+    """([(relative path, kind)], truncated): the catalogued files under `root`, found without
+    following a symlink, skipping PROJECT_SKIP_DIRS, within `max_entries` directory entries."""
+    found = []  # type: list
+    seen, truncated = 0, False
+    stack = [("", 0)]
+    while stack:
+        relative_dir, depth = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(root, relative_dir) if relative_dir else root))
+        except OSError:
+            continue
+        for entry in sorted(entries, key=lambda e: e.name):
+            seen += 1
+            if seen > max_entries:
+                return found, True
+            relative = relative_dir + "/" + entry.name if relative_dir else entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name in PROJECT_SKIP_DIRS:
+                        continue
+                    if depth < PROJECT_SCAN_DEPTH:
+                        stack.append((relative, depth + 1))
+                    else:
+                        truncated = True  # a directory too deep to look in
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            kind = project_credential_kind(relative)
+            if kind is not None:
+                found.append((relative, kind))
+    return found, truncated
+
 
 RUNTIME_SOCKETS = (
     "/var/run/docker.sock",
@@ -1644,6 +1744,31 @@ def section_credentials(settings):
     return {"files": files}
 
 
+def section_project_credentials(settings):
+    """Credential files in the working directory, by path relative to it: whether each opens
+    for reading and whether it holds a credential (project_credential_holds). Nothing of a file
+    is kept: an .npmrc is read to learn whether it names a token, a .pem or .key for its first
+    PRIVATE_KEY_HEAD bytes to learn whether it holds a private key, and only yes or no is kept."""
+    root = os.getcwd()
+    found, truncated = project_credential_files(root)
+    files = []
+    for relative, kind in found:
+        full = os.path.join(root, relative)
+        readable = is_readable(full)
+        files.append({
+            "path": clean_text(relative, 1000),
+            "readable": readable,
+            "holds": project_credential_holds(full, kind) if readable else False,
+        })
+    if len(files) > MAX_PROJECT_CREDENTIALS:
+        truncated = True
+        # the files an agent could take are kept first: a cut drops the others before them
+        files.sort(key=lambda f: (not (f["readable"] and f["holds"] is not False), f["path"]))
+        files = files[:MAX_PROJECT_CREDENTIALS]
+    files.sort(key=lambda f: f["path"])
+    return {"root": clean_text(root, 1000), "truncated": truncated, "files": files}
+
+
 def runtime_socket_paths(environ):
     """(path, rootless) for the system sockets and the per-user ones, each real path once."""
     candidates = [(path, False) for path in RUNTIME_SOCKETS]
@@ -2349,6 +2474,7 @@ SECTIONS = (
     ("proxy", section_proxy),
     ("secrets_env", section_secrets_env),
     ("credentials", section_credentials),
+    ("project_credentials", section_project_credentials),
     ("sockets", section_sockets),
     ("keyring", section_keyring),
     ("proc_environ", section_proc_environ),

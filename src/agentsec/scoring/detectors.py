@@ -420,6 +420,20 @@ def agent_login_files(facts: Facts) -> Hit | None:
                 if r.get("agent_login") and r.get("holds_token") is not False)
 
 
+def project_credential_files(facts: Facts) -> Hit | None:
+    # A file in the project counts when it opens and holds a credential, or when that cannot be
+    # told: an empty one (agentcage's mask), an .npmrc without a token or a .pem without a
+    # private key holds nothing to take.
+    hit = _hit(
+        str(r.get("path"))
+        for r in facts.records("project_credentials", "files")
+        if r.get("readable") is True and r.get("holds") is not False
+    )
+    if hit is not None and facts.optional("project_credentials", "truncated", bool):
+        return Hit(hit.evidence, detail=("the probe's scan of the project stopped at its bound",))
+    return hit
+
+
 def shadow_readable(facts: Facts) -> Hit | None:
     return _hit(
         str(r.get("path")) for r in _readable_files(facts) if r.get("path") == "/etc/shadow"
@@ -713,6 +727,7 @@ def build_registry() -> DetectorRegistry:
         ("SEC-008", ("proc_environ",), other_environs),
         ("SEC-009", ("keyring",), session_keyring),
         ("SEC-010", ("credentials",), agent_login_files),
+        ("SEC-011", ("project_credentials",), project_credential_files),
         ("FS-001", ("filesystem",), system_paths_writable),
         ("FS-002", ("filesystem",), root_rw),
         ("FS-003", ("filesystem",), host_rw_mounts),

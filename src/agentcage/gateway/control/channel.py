@@ -19,8 +19,8 @@ from typing import Any
 from agentcage.gateway.control.ceiling import RequestError
 from agentcage.gateway.control.grants import Grants
 
-OPS = ("approve", "deny", "revoke", "promote", "sync", "release", "restore")
-WATCHER_OPS = ("release", "restore")
+OPS = ("approve", "deny", "revoke", "promote", "sync", "release", "restore", "scan")
+WATCHER_OPS = ("release", "restore", "scan")
 MAX_REQUEST_BYTES = 4096
 REQUEST_SUFFIX, ANSWER_SUFFIX = ".request.json", ".answer.json"
 
@@ -63,6 +63,8 @@ def apply(grants: Grants | None, op: str, target: str, watcher: Any = None) -> d
     if op in WATCHER_OPS:
         if watcher is None:
             raise RequestError("this cage's watcher is off (watcher.enable: false)")
+        if op == "scan":
+            return watcher.scan_now()
         return watcher.release() if op == "release" else watcher.restore(target)
     if grants is None:
         raise RequestError("this cage has no policy API (policy_api.enable: false)")

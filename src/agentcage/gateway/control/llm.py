@@ -64,12 +64,95 @@ class Verdict:
     ttl_seconds: int | None = None
 
 
-class DeciderFailed(Exception):
+class ModelCallFailed(Exception):
     """The model could not be asked, or did not answer in the one shape allowed."""
 
 
+DeciderFailed = ModelCallFailed  # the decider's name for it
+
 # post(host, path, headers, body, timeout) -> (status, body): one HTTPS request to the provider
 Post = Callable[[str, str, dict[str, str], bytes, float], Awaitable[tuple[int, bytes]]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """The one tool a gateway's model call must answer through (forced)."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+
+
+async def call_tool(post: Post, provider: str, model: str, key: str, instructions: str,
+                    question: str, tool: Tool, timeout: float,
+                    max_tokens: int = 300) -> dict[str, Any]:
+    """Ask the model `question` and take its answer as exactly one call of `tool`: the call's
+    input (not yet checked against the schema); ModelCallFailed on anything else."""
+    host, path = PROVIDERS[provider]
+    headers, body = _tool_request(provider, model, key, instructions, question, tool,
+                                  max_tokens)
+    try:
+        status, answer = await asyncio.wait_for(post(host, path, headers, body, timeout),
+                                                timeout)
+    except TimeoutError:
+        raise ModelCallFailed(f"the model did not answer within {timeout:g} s") from None
+    except OSError as e:
+        raise ModelCallFailed(f"the model could not be reached ({e})") from None
+    if status != 200:
+        raise ModelCallFailed(f"the model's provider answered HTTP {status}")
+    return _tool_input(provider, answer, tool.name)
+
+
+def untrusted(data: Any) -> str:
+    """`data` as JSON inside <untrusted> tags, every < escaped (still JSON): nothing the agent
+    wrote can close the tag."""
+    text = json.dumps(data, ensure_ascii=True).replace("<", "\\u003c")
+    return f"<untrusted>{text}</untrusted>"
+
+
+def _tool_request(provider: str, model: str, key: str, instructions: str, question: str,
+                  tool: Tool, max_tokens: int) -> tuple[dict[str, str], bytes]:
+    if provider == "anthropic":
+        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        doc: dict[str, Any] = {
+            "model": model, "max_tokens": max_tokens, "system": instructions,
+            "messages": [{"role": "user", "content": question}],
+            "tools": [{"name": tool.name, "description": tool.description,
+                       "input_schema": tool.schema}],
+            "tool_choice": {"type": "tool", "name": tool.name}}
+    else:
+        headers = {"authorization": f"Bearer {key}"}
+        doc = {"model": model, "instructions": instructions, "input": question,
+               "stream": False, "tool_choice": {"type": "function", "name": tool.name},
+               "tools": [{"type": "function", "name": tool.name, "strict": True,
+                          "description": tool.description, "parameters": tool.schema}]}
+    return {**headers, "content-type": "application/json"}, json.dumps(doc).encode()
+
+
+def _tool_input(provider: str, answer: bytes, name: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(answer)
+    except ValueError:
+        raise ModelCallFailed("the model's answer is not JSON") from None
+    calls = []
+    if provider == "anthropic":
+        for block in doc.get("content") or [] if isinstance(doc, dict) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                calls.append((block.get("name"), block.get("input")))
+    else:
+        for item in doc.get("output") or [] if isinstance(doc, dict) else []:
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                try:
+                    arguments = json.loads(item.get("arguments") or "")
+                except ValueError:
+                    arguments = None
+                calls.append((item.get("name"), arguments))
+    if len(calls) != 1 or calls[0][0] != name or not isinstance(calls[0][1], dict):
+        raise ModelCallFailed(f"the model did not answer with exactly one call of {name}")
+    return calls[0][1]
+
+
+DECIDE = Tool("decide", "Grant or deny the request.", DECIDE_SCHEMA)
 
 
 class LlmDecider:
@@ -91,73 +174,20 @@ class LlmDecider:
         if not key:
             raise DeciderFailed("the decider's key is not stored (agentcage secret set CAGE "
                                 "NAME, as agents.decider.api_key names it)")
-        data = json.dumps({"domain": domain, "reason": reason[:MAX_REASON],
-                           "ttl_seconds": ttl_seconds, "scope": scope,
-                           "recent_refusals": denials[-MAX_DENIALS:]}, ensure_ascii=True)
-        # every < escaped (still JSON): nothing the agent wrote can close the tag
-        escaped = data.replace("<", "\\u003c")
-        question = f"<untrusted>{escaped}</untrusted>"
-        host, path = PROVIDERS[self.provider]
-        headers, body = self._request(key.decode(errors="replace"), question)
+        question = untrusted({"domain": domain, "reason": reason[:MAX_REASON],
+                              "ttl_seconds": ttl_seconds, "scope": scope,
+                              "recent_refusals": denials[-MAX_DENIALS:]})
         async with self._one_at_a_time:
-            try:
-                status, answer = await asyncio.wait_for(
-                    self._post(host, path, headers, body, self.timeout), self.timeout)
-            except TimeoutError:
-                raise DeciderFailed(f"the model did not answer within {self.timeout:g} s") \
-                    from None
-            except OSError as e:
-                raise DeciderFailed(f"the model could not be reached ({e})") from None
-        if status != 200:
-            raise DeciderFailed(f"the model's provider answered HTTP {status}")
-        return self._verdict(answer)
-
-    def _request(self, key: str, question: str) -> tuple[dict[str, str], bytes]:
-        tool = {"name": "decide", "description": "Grant or deny the request.",
-                "input_schema": DECIDE_SCHEMA}
-        if self.provider == "anthropic":
-            headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
-            doc: dict[str, Any] = {
-                "model": self.model, "max_tokens": 300, "system": INSTRUCTIONS,
-                "messages": [{"role": "user", "content": question}], "tools": [tool],
-                "tool_choice": {"type": "tool", "name": "decide"}}
-        else:
-            headers = {"authorization": f"Bearer {key}"}
-            doc = {"model": self.model, "instructions": INSTRUCTIONS, "input": question,
-                   "stream": False, "tool_choice": {"type": "function", "name": "decide"},
-                   "tools": [{"type": "function", "name": "decide", "strict": True,
-                              "description": tool["description"],
-                              "parameters": DECIDE_SCHEMA}]}
-        return {**headers, "content-type": "application/json"}, json.dumps(doc).encode()
-
-    def _verdict(self, answer: bytes) -> Verdict:
-        try:
-            doc = json.loads(answer)
-        except ValueError:
-            raise DeciderFailed("the model's answer is not JSON") from None
-        calls = []
-        if self.provider == "anthropic":
-            for block in doc.get("content") or [] if isinstance(doc, dict) else []:
-                if isinstance(block, dict) and block.get("type") == "tool_use":
-                    calls.append((block.get("name"), block.get("input")))
-        else:
-            for item in doc.get("output") or [] if isinstance(doc, dict) else []:
-                if isinstance(item, dict) and item.get("type") == "function_call":
-                    try:
-                        arguments = json.loads(item.get("arguments") or "")
-                    except ValueError:
-                        arguments = None
-                    calls.append((item.get("name"), arguments))
-        if len(calls) != 1 or calls[0][0] != "decide" or not isinstance(calls[0][1], dict):
-            raise DeciderFailed("the model did not answer with exactly one call of decide")
-        given = calls[0][1]
-        decision, reason, ttl = given.get("decision"), given.get("reason"), given.get(
+            given = await call_tool(self._post, self.provider, self.model,
+                                    key.decode(errors="replace"), INSTRUCTIONS, question,
+                                    DECIDE, self.timeout)
+        decision, said, ttl = given.get("decision"), given.get("reason"), given.get(
             "ttl_seconds")
         extra = set(given) - {"decision", "reason", "ttl_seconds"}
-        if decision not in ("grant", "deny") or not isinstance(reason, str) or extra or (
+        if decision not in ("grant", "deny") or not isinstance(said, str) or extra or (
                 ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int))):
             raise DeciderFailed("the model's decide call is malformed")
-        shown = "".join(ch if ch.isprintable() else "?" for ch in reason)[:300]
+        shown = "".join(ch if ch.isprintable() else "?" for ch in said)[:300]
         return Verdict(decision == "grant", shown, ttl)
 
 

@@ -46,3 +46,11 @@ class WatcherSettings:
     quarantine_max_seconds: float = 3600.0
     model_hosts: tuple[str, ...] = ()  # besides data/model_hosts.json
     budgets: BudgetSettings = field(default_factory=BudgetSettings)
+    # The LLM re-reader, from cage.yaml's agents.watcher ("" provider: none; reread.py)
+    llm_provider: str = ""
+    llm_model: str = ""
+    llm_key: str = ""  # the name of the cage's secret that holds its key
+    llm_timeout_seconds: float = 30.0
+    llm_interval_seconds: float = 300.0
+    llm_window_seconds: float = 600.0
+    llm_auto_revoke: bool = True

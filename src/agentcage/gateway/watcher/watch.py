@@ -9,6 +9,7 @@ nothing in it is secret: hosts, amounts, grant ids).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -87,6 +88,9 @@ class Watcher:
         self._connections: OrderedDict[str, tuple[str, Any]] = OrderedDict()
         self.version = 0  # changes when a quarantine begins or ends
         self._dirty, self._saved_at = False, 0.0
+        self.last_scan: dict[str, Any] | None = None  # the re-reader's (reread.py)
+        self.reader: Any = None  # the re-reader, when there is one (set by the gateway)
+        self._scans: set[asyncio.Task[Any]] = set()
         self._load()
 
     # ---- what the gateway asks ---------------------------------------------------------
@@ -159,6 +163,34 @@ class Watcher:
         elif self._dirty and now - self._saved_at >= SAVE_EVERY:
             self._save()  # the budgets' usage, for `agentcage watcher status`
 
+    # ---- the re-reader's (reread.py) -----------------------------------------------------
+
+    def reread_finding(self, summary: str, host: str, grant: str | None,
+                       facts: dict[str, Any], narrow: bool) -> None:
+        """A finding of the LLM re-reader: recorded; with `narrow` (auto_revoke), acted on as
+        the budgets' are (the grant it names revoked, counted towards a quarantine)."""
+        known = grant if grant and self.grants is not None and self.grants.grant(grant) else None
+        crossing = Crossing("reread", host, f"the re-reader: {summary}",
+                            {"scan_seed": facts.get("seed"), "window": facts.get("window")},
+                            known)
+        self._act(crossing, narrow=narrow)
+
+    def scan_now(self) -> dict[str, Any]:
+        """The operator's `agentcage watcher scan`: a scan of the re-reader, begun now."""
+        from agentcage.gateway.control.ceiling import RequestError
+
+        if self.reader is None:
+            raise RequestError("this cage has no re-reader (agents.watcher.enable: false)")
+        started = self._clock()  # before: the task may run at once (an eager task factory)
+        task = asyncio.get_running_loop().create_task(self.reader.scan())
+        self._scans.add(task)
+        task.add_done_callback(self._scans.discard)
+        return {"started": started}
+
+    def scanned(self, ok: bool, reason: str) -> None:
+        self.last_scan = {"at": self._clock(), "ok": ok, "said": reason}
+        self._save()
+
     # ---- the operator ----------------------------------------------------------------------
 
     def release(self) -> dict[str, Any]:
@@ -188,18 +220,21 @@ class Watcher:
                 "revoked": sorted(self.revoked), "action": self.settings.action,
                 "window_seconds": self.settings.budgets.window_seconds,
                 "information_bytes": int(self.information.total.value(now)),
-                "information_budget": self.settings.budgets.information_bytes}
+                "information_budget": self.settings.budgets.information_bytes,
+                "reread": bool(self.settings.llm_provider), "last_scan": self.last_scan}
 
     # ---- acting ------------------------------------------------------------------------------
 
-    def _act(self, crossing: Crossing, flow: str = "") -> bool:
-        """Record a finding and narrow as the settings say; True if its grant was revoked."""
+    def _act(self, crossing: Crossing, flow: str = "", narrow: bool = True) -> bool:
+        """Record a finding and narrow as the settings say (never, unless `narrow`); True if
+        its grant was revoked."""
         now = self._clock()
         revoked = False
         action = "recorded"
         grant = (self.grants.grant(crossing.grant)
                  if self.grants is not None and crossing.grant else None)
-        if self.settings.action == "revoke" and grant is not None and self.grants is not None:
+        if (narrow and self.settings.action == "revoke" and grant is not None
+                and self.grants is not None):
             self.grants.revoke(grant.id, by="watcher",
                                why=f"revoked by the watcher ({crossing.budget})")
             self.revoked[grant.id] = grant
@@ -214,7 +249,7 @@ class Watcher:
                                  extra={"finding_id": finding.id, "evidence": crossing.evidence,
                                         "grant_id": crossing.grant, "action": action,
                                         "flow": flow}))
-        change = self.ladder.finding(now)
+        change = self.ladder.finding(now) if narrow else None
         if change is not None:
             self._changed(change)
         else:
