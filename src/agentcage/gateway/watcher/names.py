@@ -52,9 +52,14 @@ class ZoneNames:
     def __init__(self, settings: BudgetSettings, once: Once):
         self.settings, self.once = settings, once
         self._zones: OrderedDict[str, SlidingSet] = OrderedDict()
+        self._zone_of: dict[str, str] = {}  # told every request's host: each name once
 
     def named(self, name: str, at: float, grant: str | None = None) -> Iterator[Crossing]:
-        zone = zone_of(name)
+        zone = self._zone_of.get(name)
+        if zone is None:
+            if len(self._zone_of) > 8192:
+                self._zone_of.clear()
+            zone = self._zone_of[name] = zone_of(name)
         names = self._zones.get(zone)
         if names is None:
             names = self._zones[zone] = SlidingSet(self.settings.window_seconds)

@@ -101,6 +101,7 @@ class Reassembly:
     def __init__(self, patterns: PatternSet, once: Once):
         self.patterns, self.once = patterns, once
         self._hosts: OrderedDict[str, OrderedDict[str, _Field]] = OrderedDict()
+        self._last_body: dict[str, bytes] = {}  # per host: a body sent again has no new field
 
     def sent(self, s: Sent) -> Iterator[Crossing]:
         fields = self._hosts.get(s.host)
@@ -108,7 +109,12 @@ class Reassembly:
             fields = self._hosts[s.host] = OrderedDict()
             if len(self._hosts) > MAX_HOSTS:
                 self._hosts.popitem(last=False)
-        for n, (kind, value) in enumerate(fields_of(s, with_body=not s.model_host)):
+                self._last_body = {h: b for h, b in self._last_body.items()
+                                   if h in self._hosts}
+        new_body = not s.model_host and self._last_body.get(s.host) != s.body
+        if new_body and len(s.body) <= MAX_BODY:
+            self._last_body[s.host] = s.body
+        for n, (kind, value) in enumerate(fields_of(s, with_body=new_body)):
             if n >= MAX_FIELDS:
                 break
             field = fields.get(kind)

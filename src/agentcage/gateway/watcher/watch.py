@@ -80,6 +80,7 @@ class Watcher:
         self.ladder = Ladder(settings)
         self._models = DomainMatcher(DomainRule(parse_pattern(h), None, "model")
                                      for h in (*shipped_model_hosts(), *settings.model_hosts))
+        self._model_answers: dict[str, bool] = {}
         self._lock = threading.Lock()  # the units' state: the resolver's thread tells names
         self._later: list[Crossing] = []  # crossed in the resolver's thread, acted on at tick
         self.findings: deque[Finding] = deque(maxlen=KEPT_FINDINGS)
@@ -96,7 +97,12 @@ class Watcher:
     # ---- what the gateway asks ---------------------------------------------------------
 
     def is_model_host(self, host: str) -> bool:
-        return self._models.match(host) is not None
+        known = self._model_answers.get(host)
+        if known is None:  # asked for every request and response: answered once per name
+            if len(self._model_answers) > 4096:
+                self._model_answers.clear()
+            known = self._model_answers[host] = self._models.match(host) is not None
+        return known
 
     def quarantined(self) -> bool:
         return self.ladder.quarantined(self._clock())
