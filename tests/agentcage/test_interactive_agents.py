@@ -27,7 +27,7 @@ import pytest
 
 from agentcage.demo_agents import AGENTS, fake_key, installed
 from agentcage.runs import project_cage_name
-from tests.agentcage.conftest import AGENT_UID, make_project, needs_root
+from tests.agentcage.conftest import AGENT_UID, make_project, needs_root, watcher_findings
 from tests.agentcage.hosted import AsUser, OnHost, delegated_cgroups, open_to_users
 from tests.tmux_screen import Screen
 
@@ -151,6 +151,8 @@ def _first_session(agent_name: str, screen: Screen, cli: OnHost, world, project:
     assert placeholder.startswith(f"agentcage:secret:{agent.key_env}:")
     assert real_key not in cli("exec", name, "--", "sh", "-c",
                                "cat /proc/*/environ; grep -rs . ~").stdout
+    # a person's session is no false alarm (a finding is written to watcher.json at once)
+    assert watcher_findings(cli.state, name) == []
     return shown
 
 
