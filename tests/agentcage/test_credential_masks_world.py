@@ -109,8 +109,9 @@ def test_the_probe_finds_the_credential_files_only_where_they_are_not_masked(mas
     r = run_cli(tmp_path, "verify", masked_cage.name, "--out", str(tmp_path / "r"), "--json",
                 env={"AGENTCAGE_HOME": str(masked_cage.service.store.root)}, timeout=180)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr
-    ids = {f["id"] for f in json.loads(r.stdout)["report"]["summary"]["findings"]}
-    assert "SEC-011" not in ids
+    summary = json.loads(r.stdout)["report"]["summary"]
+    assert "SEC-011" not in {f["id"] for f in summary["findings"]}
+    assert summary["axes"]["secrets"]["state"] != "not_measured"  # absent because measured
     # the control: the probe does see them where they are not masked (in the project
     # directory itself, its one section that touches no network)
     out = subprocess.run([sys.executable, "-m", "agentsec.probe.blast_probe"],

@@ -9,8 +9,9 @@ left as it is. `container.unmask` names the paths (relative to their host direct
 listed at create) the operator wants the agent to read after all; `container.mask_credentials:
 false` masks none.
 
-The directories are walked at create, update and every start (not at every command: exec
-stays quick); the list is masks.json in the cage's state directory. A credential file made on
+The directories are walked at create, update and every start (once when one follows the
+other; never at every command: exec stays quick); the list is masks.json in the cage's state
+directory. A credential file made on
 the host while the cage runs is masked from the next start.
 """
 
@@ -18,13 +19,15 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentcage.errors import BackendError
+from agentcage.errors import BackendError, StateError
 from agentcage.state import CageDir, read_json, write_json
 
 MASKS_FILE = "masks.json"
+REUSE_SECONDS = 5.0  # how old the walk of create (or run) may be for its start to take it
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,26 @@ def find(volumes: Sequence[tuple[str, str, str]], unmask: Sequence[str]
 
 
 def refresh(cage: CageDir, volumes: Sequence[tuple[str, str, str]], enabled: bool,
-            unmask: Sequence[str]) -> list[Masked]:
-    """Walk the host directories again and keep the list for the cage's commands."""
+            unmask: Sequence[str], starting: bool = False) -> None:
+    """Walk the host directories again and keep the list for the cage's commands.
+
+    `create`, `update` and `run` walk when they write the cage's state and start it a moment
+    later: that start (`starting`) takes their walk, once, when it is of the same
+    configuration and under REUSE_SECONDS old; every other start walks again."""
+    of = [[list(v) for v in volumes], enabled, list(unmask)]
+    path = cage.root / MASKS_FILE
+    if starting and path.exists():
+        try:
+            doc = read_json(path, dict)
+            fresh = time.time() - float(doc["walked_at"]) < REUSE_SECONDS
+            if doc.get("for_start") and doc.get("of") == of and fresh:
+                write_json(path, {**doc, "for_start": False})
+                return
+        except (StateError, KeyError, TypeError, ValueError):
+            pass  # walked again below
     masked, truncated = find(volumes, unmask) if enabled else ([], False)
-    write_json(cage.root / MASKS_FILE, {"files": [m.as_list() for m in masked],
-                                        "truncated": truncated, "enabled": enabled})
-    return masked
+    write_json(path, {"files": [m.as_list() for m in masked], "truncated": truncated,
+                      "of": of, "walked_at": time.time(), "for_start": not starting})
 
 
 def listed(cage: CageDir) -> list[Masked]:

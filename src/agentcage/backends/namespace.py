@@ -236,7 +236,8 @@ class NamespaceBackend:
             raise
         try:
             meta = self.meta(cage)  # credential files made since the last walk: masked too
-            credmasks.refresh(cage, meta.volumes, meta.mask_credentials, meta.unmask)
+            credmasks.refresh(cage, meta.volumes, meta.mask_credentials, meta.unmask,
+                              starting=True)
             return self._bring_up(cage, spec, plan, gateway, dns_servers, command)
         except BaseException:
             self.stop(cage)

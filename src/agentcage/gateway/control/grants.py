@@ -439,23 +439,21 @@ class LivePolicy:
                  watcher: Any = None):
         """`watcher`: the gateway's Watcher (watcher/watch.py), or None."""
         self._base, self._grants, self._watcher = base, grants, watcher
-        self._made: tuple[Policy, int, int, bool, Policy] | None = None
+        self._made: tuple[Policy, int, bool, Policy] | None = None
 
     def current(self) -> Policy:
         base = self._base()
         if self._grants is None and self._watcher is None:
             return base
         version = self._grants.version if self._grants is not None else 0
-        watched = self._watcher.version if self._watcher is not None else 0
         quarantined = self._watcher is not None and self._watcher.quarantined()
         made = self._made
-        if (made is not None and made[0] is base and made[1:4] == (version, watched,
-                                                                    quarantined)):
-            return made[4]
+        if made is not None and made[0] is base and made[1:3] == (version, quarantined):
+            return made[3]
         combined = _with_grants(base, self._grants.rules() if self._grants else ())
         if quarantined:
             combined = _quarantined(combined, self._watcher)
-        self._made = (base, version, watched, quarantined, combined)
+        self._made = (base, version, quarantined, combined)
         return combined
 
 

@@ -13,30 +13,9 @@ from collections.abc import Iterator
 
 from agentcage.gateway.watcher.events import Crossing, Sent
 from agentcage.gateway.watcher.settings import BudgetSettings
-from agentcage.gateway.watcher.windows import Once, SlidingSet, SlidingSum
+from agentcage.gateway.watcher.windows import Once, Recent, SlidingSet, SlidingSum
 
 MAX_HOSTS = 256  # hosts followed at once; the least recent is forgotten past that
-
-
-class _PerHost[T]:
-    """A bounded map host -> state, least recently used forgotten first."""
-
-    def __init__(self, make, cap: int = MAX_HOSTS):
-        self._make, self._cap = make, cap
-        self._items: OrderedDict[str, T] = OrderedDict()
-
-    def get(self, host: str) -> T:
-        item = self._items.get(host)
-        if item is None:
-            item = self._items[host] = self._make()
-            if len(self._items) > self._cap:
-                self._items.popitem(last=False)
-        else:
-            self._items.move_to_end(host)
-        return item
-
-    def items(self) -> Iterator[tuple[str, T]]:
-        return iter(self._items.items())
 
 
 def _mib(n: float) -> str:
@@ -50,8 +29,8 @@ class HostBytes:
 
     def __init__(self, settings: BudgetSettings, once: Once):
         self.settings, self.once = settings, once
-        self._sums: _PerHost[SlidingSum] = _PerHost(
-            lambda: SlidingSum(settings.window_seconds))
+        self._sums: Recent[SlidingSum] = Recent(
+            lambda: SlidingSum(settings.window_seconds), MAX_HOSTS)
 
     def sent(self, s: Sent) -> Iterator[Crossing]:
         total = self._sums.get(s.host).add(s.at, s.size())
@@ -121,7 +100,8 @@ class Information:
     def __init__(self, settings: BudgetSettings, once: Once):
         self.settings, self.once = settings, once
         self.total = SlidingSum(settings.window_seconds)
-        self._streams: _PerHost[_Stream] = _PerHost(lambda: _Stream(settings.window_seconds))
+        self._streams: Recent[_Stream] = Recent(
+            lambda: _Stream(settings.window_seconds), MAX_HOSTS)
 
     def sent(self, s: Sent) -> Iterator[Crossing]:
         if s.model_host:
@@ -159,8 +139,8 @@ class Beacon:
 
     def __init__(self, settings: BudgetSettings, once: Once):
         self.settings, self.once = settings, once
-        self._times: _PerHost[deque[float]] = _PerHost(
-            lambda: deque(maxlen=settings.beacon_requests))
+        self._times: Recent[deque[float]] = Recent(
+            lambda: deque(maxlen=settings.beacon_requests), MAX_HOSTS)
 
     def sent(self, s: Sent) -> Iterator[Crossing]:
         times = self._times.get(s.host)

@@ -5,14 +5,15 @@ every name the cage looks up (the resolver's thread) and dials (the proxy's loop
 from __future__ import annotations
 
 import math
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator
 
 from agentcage.domains import is_public_suffix
 from agentcage.gateway.watcher.events import Crossing
 from agentcage.gateway.watcher.settings import BudgetSettings
-from agentcage.gateway.watcher.windows import Once, SlidingSet
+from agentcage.gateway.watcher.windows import Once, Recent, SlidingSet
 
+MAX_ZONES = 1024  # zones followed at once
 RANDOM_LABEL_MIN = 20  # shorter labels are too short to tell random from a name
 LABEL_DIGITS_MIN = 4  # a random label of letters and digits has digits; a word does not
 
@@ -51,7 +52,8 @@ class ZoneNames:
 
     def __init__(self, settings: BudgetSettings, once: Once):
         self.settings, self.once = settings, once
-        self._zones: OrderedDict[str, SlidingSet] = OrderedDict()
+        self._zones: Recent[SlidingSet] = Recent(
+            lambda: SlidingSet(settings.window_seconds), MAX_ZONES)
         self._zone_of: dict[str, str] = {}  # told every request's host: each name once
 
     def named(self, name: str, at: float, grant: str | None = None) -> Iterator[Crossing]:
@@ -60,12 +62,7 @@ class ZoneNames:
             if len(self._zone_of) > 8192:
                 self._zone_of.clear()
             zone = self._zone_of[name] = zone_of(name)
-        names = self._zones.get(zone)
-        if names is None:
-            names = self._zones[zone] = SlidingSet(self.settings.window_seconds)
-            if len(self._zones) > 1024:
-                self._zones.popitem(last=False)
-        count = names.add(at, name)
+        count = self._zones.get(zone).add(at, name)
         if count > self.settings.zone_names and self.once.first(at, self.name, zone):
             yield Crossing(self.name, zone,
                            f"{count} distinct names under {zone} in "

@@ -12,12 +12,12 @@ is not a drip), nor are the model hosts' (the conversation itself).
 from __future__ import annotations
 
 import json
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator
 from urllib.parse import parse_qsl, unquote
 
 from agentcage.gateway.watcher.events import Crossing, Sent
-from agentcage.gateway.watcher.windows import Once
+from agentcage.gateway.watcher.windows import Once, Recent
 from agentcage.inspect.patterns import PatternSet
 
 TAIL = 512  # characters of each field's string kept
@@ -95,33 +95,30 @@ class _Field:
         self.pieces: deque[int] = deque(maxlen=64)  # lengths of the pieces in the tail
 
 
+class _Host:
+    __slots__ = ("fields", "last_body")
+
+    def __init__(self) -> None:
+        self.fields: Recent[_Field] = Recent(_Field, MAX_FIELDS_PER_HOST)
+        self.last_body = b""  # a body sent again has no new field
+
+
 class Reassembly:
     name = "reassembly"
 
     def __init__(self, patterns: PatternSet, once: Once):
         self.patterns, self.once = patterns, once
-        self._hosts: OrderedDict[str, OrderedDict[str, _Field]] = OrderedDict()
-        self._last_body: dict[str, bytes] = {}  # per host: a body sent again has no new field
+        self._hosts: Recent[_Host] = Recent(_Host, MAX_HOSTS)
 
     def sent(self, s: Sent) -> Iterator[Crossing]:
-        fields = self._hosts.get(s.host)
-        if fields is None:
-            fields = self._hosts[s.host] = OrderedDict()
-            if len(self._hosts) > MAX_HOSTS:
-                self._hosts.popitem(last=False)
-                self._last_body = {h: b for h, b in self._last_body.items()
-                                   if h in self._hosts}
-        new_body = not s.model_host and self._last_body.get(s.host) != s.body
+        host = self._hosts.get(s.host)
+        new_body = not s.model_host and host.last_body != s.body
         if new_body and len(s.body) <= MAX_BODY:
-            self._last_body[s.host] = s.body
+            host.last_body = s.body
         for n, (kind, value) in enumerate(fields_of(s, with_body=new_body)):
             if n >= MAX_FIELDS:
                 break
-            field = fields.get(kind)
-            if field is None:
-                field = fields[kind] = _Field()
-                if len(fields) > MAX_FIELDS_PER_HOST:
-                    fields.popitem(last=False)
+            field = host.fields.get(kind)
             if value == field.last or not value:
                 continue
             field.last = value

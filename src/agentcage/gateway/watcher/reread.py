@@ -12,7 +12,8 @@ whatever the model says or fails to say.
 
 When it reads cannot be predicted by the agent: each scan's moment is the interval times a
 random factor (0.5 to 1.5), its window reaches back a random while further than its length,
-and up to MAX_RECORDS records are sampled from it; the seed is recorded with the scan.
+and up to MAX_RECORDS records are sampled from it; the random number they are drawn with is
+recorded with the scan.
 """
 
 from __future__ import annotations

@@ -86,8 +86,7 @@ class Watcher:
         self.findings: deque[Finding] = deque(maxlen=KEPT_FINDINGS)
         self.counts: dict[str, int] = {}
         self.revoked: dict[str, Grant] = {}  # grants the watcher revoked: the operator's undo
-        self._connections: OrderedDict[str, tuple[str, Any]] = OrderedDict()
-        self.version = 0  # changes when a quarantine begins or ends
+        self._connections: OrderedDict[str, Any] = OrderedDict()  # id -> client connection
         self._dirty, self._saved_at = False, 0.0
         self.last_scan: dict[str, Any] | None = None  # the re-reader's (reread.py)
         self.reader: Any = None  # the re-reader, when there is one (set by the gateway)
@@ -110,9 +109,8 @@ class Watcher:
     def refusal(self, host: str) -> str | None:
         """Why a request to `host` is refused now (a quarantine), or None."""
         until = self.ladder.quarantined_until
-        if until is None or not self.ladder.quarantined(self._clock()):
-            return None
-        if self.is_model_host(host):
+        if until is None or not self.ladder.quarantined(self._clock()) or self.is_model_host(
+                host):
             return None
         return (f"the cage is quarantined by the watcher until "
                 f"{time.strftime('%H:%M:%S', time.localtime(until))} (only the model's hosts "
@@ -124,7 +122,7 @@ class Watcher:
         """A request about to leave; why it must not, if the findings it made narrowed the
         cage so far that its host is out (its grant revoked, or a quarantine begun)."""
         if connection is not None and not s.model_host:
-            self._track(s.host, connection)
+            self._track(connection)
         with self._lock:
             crossings = [c for unit in self.units for c in unit.sent(s)]
             crossings += list(self.names.named(s.host, s.at, s.grant))
@@ -239,8 +237,8 @@ class Watcher:
         action = "recorded"
         grant = (self.grants.grant(crossing.grant)
                  if self.grants is not None and crossing.grant else None)
-        if (narrow and self.settings.action == "revoke" and grant is not None
-                and self.grants is not None):
+        if narrow and self.settings.action == "revoke" and grant is not None:
+            assert self.grants is not None
             self.grants.revoke(grant.id, by="watcher",
                                why=f"revoked by the watcher ({crossing.budget})")
             self.revoked[grant.id] = grant
@@ -263,10 +261,9 @@ class Watcher:
         return revoked
 
     def _changed(self, change: Change, by: str = "watcher") -> None:
-        self.version += 1
         cut = 0
         if change.what == "quarantined":
-            cut = self._cut([conn for _host, conn in self._connections.values()])
+            cut = self._cut(list(self._connections.values()))
             self._connections.clear()
         reasons = {
             "quarantined": f"quarantined: everything but the model's hosts refused for "
@@ -282,8 +279,8 @@ class Watcher:
                                         "strikes": change.strikes}))
         self._save()
 
-    def _track(self, host: str, connection: Any) -> None:
-        self._connections[connection.id] = (host, connection)
+    def _track(self, connection: Any) -> None:
+        self._connections[connection.id] = connection
         self._connections.move_to_end(connection.id)
         while len(self._connections) > TRACKED_CONNECTIONS:
             self._connections.popitem(last=False)

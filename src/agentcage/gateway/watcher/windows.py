@@ -4,7 +4,8 @@ its budget through, split over the boundary). Accurate to one slot (a tenth of t
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
 
 SLOTS = 10
 
@@ -84,3 +85,25 @@ class Once:
             self._until = {k: v for k, v in self._until.items() if v > now}
         self._until[(budget, key)] = now + self.window
         return True
+
+
+class Recent[T]:
+    """A bounded map (a host, a zone, a field -> its state), made on first use; past `cap`
+    keys the least recently used is forgotten, so no cage can grow the watcher's memory."""
+
+    def __init__(self, make: Callable[[], T], cap: int):
+        self._make, self._cap = make, cap
+        self._items: OrderedDict[str, T] = OrderedDict()
+
+    def get(self, key: str) -> T:
+        item = self._items.get(key)
+        if item is None:
+            item = self._items[key] = self._make()
+            if len(self._items) > self._cap:
+                self._items.popitem(last=False)
+        else:
+            self._items.move_to_end(key)
+        return item
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        return iter(self._items.items())
