@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentcage import policy as policyfile
+from agentcage.backends import layers
 from agentcage.backends.namespace import NamespaceBackend
 from agentcage.backends.profile import (
     check_access,
@@ -156,11 +157,12 @@ class CageService:
 
     def update(self, name: str, config: CageConfig, base: Path,
                project: Path | None = None,
-               overrides: Overrides | None = None) -> dict[str, Any]:
+               overrides: Overrides | None = None, rebuild: bool = False) -> dict[str, Any]:
         """Apply a changed cage.yaml to an existing cage, keeping its secrets, CA, audit log,
         capture, named volumes and runtime domain grants, and the command-line choices given
         at create (`overrides` replaces those it sets). A running cage is restarted when
         anything but the domain lists changed (domains are reloaded by the gateway live).
+        `rebuild`: the layer of the cage's image is made again from it.
         Returns what was done: {changed: [top-level keys], restarted: bool, live: bool,
         kept: [the options given at create that were applied again]}."""
         cage = self._existing(name)
@@ -180,6 +182,11 @@ class CageService:
                          if getattr(config, k) != getattr(old, k))
         if project is not None and str(proj) != meta.project:
             changed.append("project")
+        if rebuild:
+            if spec.image is None:
+                raise ConfigError(f"cage {name} has no image (container.image), so no layer "
+                                  "to rebuild")
+            changed.append("layer")
         uid, gid, how = choose_host_user(spec, proj)
         check_access(uid, gid, volumes, how)  # before anything stops
         running = self.backend.runtime(cage).get("status") == "running"
@@ -190,7 +197,7 @@ class CageService:
             grants = policyfile.runtime_entries(self._policy_doc(cage))
         except StateError:  # a damaged domains.json: the new configuration replaces it
             grants = {}
-        self.write_state(cage, spec, proj, volumes, keep_entries=grants)
+        self.write_state(cage, spec, proj, volumes, keep_entries=grants, rebuild=rebuild)
         if effective is not None:
             _record_overrides(cage, effective)
         if needs_restart:
@@ -202,7 +209,10 @@ class CageService:
 
     def write_state(self, cage: CageDir, spec: CageSpec, project: Path,
                     volumes: tuple[tuple[str, str, str], ...],
-                    keep_entries: dict[str, list[dict]] | None = None) -> None:
+                    keep_entries: dict[str, list[dict]] | None = None,
+                    rebuild: bool = False) -> None:
+        """Everything of the cage but its runtime, written from `spec`; `rebuild`: the layer
+        of its image is made again (what was installed in it is gone)."""
         from agentcage.config.document import document_text
 
         host_uid, host_gid, how = choose_host_user(spec, project)
@@ -212,7 +222,9 @@ class CageService:
         if keep_entries:
             doc = policyfile.with_entries(doc, keep_entries)
         policyfile.compile_document(doc)  # never write what the gateway would refuse
-        meta = make_meta(spec, project, host_uid, host_gid, volumes)
+        # the image's files, unpacked once (they are the cage's layer, kept by `update`)
+        layer = layers.ensure(cage, spec.image, host_uid, host_gid, rebuild, self.backend.say)
+        meta = make_meta(spec, project, host_uid, host_gid, volumes, layers.image_env(layer))
         self.backend.write_meta(cage, meta)
         from agentcage.backends import credmasks
 
@@ -258,13 +270,15 @@ class CageService:
         keep = (SECRETS,) * keep_secrets + (VOLUMES,) * keep_state
         self.store.remove(name, keep=keep)
 
-    def exec(self, name: str, command: Sequence[str], interactive: bool = False) -> int:
+    def exec(self, name: str, command: Sequence[str], interactive: bool = False,
+             as_root: bool = False) -> int:
         cage = self._existing(name)
-        return self.backend.exec(cage, command, interactive)
+        return self.backend.exec(cage, command, interactive, as_root)
 
-    def exec_capture(self, name: str, command: Sequence[str], timeout: float | None = None):
+    def exec_capture(self, name: str, command: Sequence[str], timeout: float | None = None,
+                     as_root: bool = False):
         cage = self._existing(name)
-        return self.backend.exec_capture(cage, command, timeout)
+        return self.backend.exec_capture(cage, command, timeout, as_root)
 
     def ls(self) -> list[dict[str, Any]]:
         """One row per name (see listing.py, which the lean `ls` reads too)."""

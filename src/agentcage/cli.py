@@ -54,7 +54,8 @@ def _service():
     from agentcage.state import StateStore
 
     store = StateStore()  # the CLI's gateways come from the state root's zygote when they can
-    return CageService(store, NamespaceBackend(store, use_zygote=True))
+    return CageService(store, NamespaceBackend(
+        store, use_zygote=True, say=lambda line: err.print(line, markup=False)))
 
 
 def _command(args: Sequence[str]) -> list[str]:
@@ -284,19 +285,23 @@ def _unedited_scaffold(config_path: Path, overrides):
               help="extra CA file trusted for upstream TLS (repeatable)")
 @click.option("--trust-network", "trust", multiple=True,
               help="test world only: a private network treated as public (repeatable)")
+@click.option("--rebuild", "--no-cache", "rebuild", is_flag=True,
+              help="make the layer of the cage's image again from the image (what was "
+                   "installed in it is gone)")
 @AS_USER
 def cage_update(name: str, config_path: Path, project: Path | None,
-                upstream_ca: tuple[str, ...], trust: tuple[str, ...],
+                upstream_ca: tuple[str, ...], trust: tuple[str, ...], rebuild: bool,
                 as_user: int | None) -> None:
     """Apply a changed cage.yaml to cage NAME, keeping its secrets, CA, logs, named volumes,
-    runtime domain grants and the options given at create (an option given again replaces
-    it); a running cage restarts if more than its domain lists changed."""
+    runtime domain grants, its image's layer and the options given at create (an option
+    given again replaces it); a running cage restarts if more than its domain lists
+    changed."""
     from agentcage.config.load import load_config
 
     config = load_config(config_path)
     service = _service()
     result = service.update(name, config, config_path.resolve().parent, project,
-                            overrides=_overrides(trust, upstream_ca, as_user))
+                            overrides=_overrides(trust, upstream_ca, as_user), rebuild=rebuild)
     _keep_source(service, name, config_path)
     _print_update(name, result)
 
@@ -477,12 +482,16 @@ cage.command("exec", epilog=ESCAPE_HELP)(_exec_command())
 
 def _shell_command():
     @click.argument("name", shell_complete=complete_cages)
-    def command(name: str) -> None:
+    @click.option("--as-root", is_flag=True,
+                  help="as root of the cage's own user namespace (never the host's root), "
+                       "its image's layer writable: to install packages (a cage with "
+                       "container.image)")
+    def command(name: str, as_root: bool) -> None:
         """Open a shell in the cage NAME (interactive on a terminal; else it reads commands
         from stdin). Exits with the shell's status."""
         tty = sys.stdin.isatty()
         sys.exit(_service().exec(name, ["/bin/sh", "-i"] if tty else ["/bin/sh"],
-                                 interactive=tty))
+                                 interactive=tty, as_root=as_root))
 
     return command
 

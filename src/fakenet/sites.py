@@ -37,8 +37,10 @@ def site_of(sites_dir: str | None, request: HttpRequest) -> Path | None:
 def file_for(site: Path, target: str) -> Path | None:
     """The file a request target names inside `site`, or None."""
     path = unquote(urlsplit(target).path)
-    parts = [p for p in path.split("/") if p]
-    if any(p in (".", "..") for p in parts):
+    # "." names the directory it is in (apt asks a flat repository for /repo/./Packages);
+    # ".." is refused rather than resolved
+    parts = [p for p in path.split("/") if p and p != "."]
+    if ".." in parts:
         return None
     root = site.resolve()
     found = root.joinpath(*parts).resolve()

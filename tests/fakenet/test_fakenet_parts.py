@@ -265,6 +265,7 @@ def test_a_site_serves_its_files_and_index_pages_and_nothing_outside(tmp_path: P
     assert file_for(site, "/%70kg/index.json") == site / "pkg" / "index.json"  # percent-decoded
     assert file_for(site, "/empty") is None  # a directory without an index page
     assert file_for(site, "/missing") is None
+    assert file_for(site, "/./pkg/./index.json") == site / "pkg" / "index.json"  # apt's flat repos
     assert file_for(site, "/../secret.txt") is None
     assert file_for(site, "/pkg/%2e%2e/%2e%2e/secret.txt") is None
     assert file_for(site, "/link") is None  # a symlink out of the site

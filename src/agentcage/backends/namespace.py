@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from agentcage import rootless
 from agentcage.addresses import parse_ip
-from agentcage.backends import cgroups, credmasks, host, netplan, workload
+from agentcage.backends import cgroups, credmasks, host, layers, netplan, workload
 from agentcage.backends.gateways import (  # noqa: F401  (gateway_environment: its old home)
     READY_TIMEOUT,
     GatewayProcess,
@@ -110,10 +110,12 @@ class NamespaceBackend:
     name = "namespace"
 
     def __init__(self, store: StateStore, gateway_env: dict[str, str] | None = None,
-                 use_zygote: bool = False):
+                 use_zygote: bool = False, say: Callable[[str], None] | None = None):
         """`gateway_env`: added to the gateway's environment (test hooks); `use_zygote`: fork
-        gateways from the state root's gateway zygote (see gateways.py)."""
+        gateways from the state root's gateway zygote (see gateways.py); `say`: where
+        progress of long work goes (an image unpacked into a cage's layer)."""
         self.store = store
+        self.say = say
         self.gateway_env = gateway_env or {}
         self.gateways = Launcher(store.root, self.gateway_env, use_zygote)
 
@@ -162,8 +164,12 @@ class NamespaceBackend:
         doc = spec.document
         container, ports = doc["container"], doc["ports"]
         unsupported = []
-        if doc["isolation"] not in ("auto", "namespace"):
+        if doc["isolation"] not in ("auto", "namespace", "container"):
             unsupported.append(f"isolation {doc['isolation']} (this backend is namespace)")
+        if doc["isolation"] == "container" and not container["image"]:
+            raise BackendError("isolation container: name the image the cage runs on "
+                               "(container.image), or use isolation namespace to run the "
+                               "host's own binaries")
         if ports["udp"]["allow"]:
             unsupported.append("ports.udp.allow")
         if ports["icmp"]["allow"]:
@@ -172,11 +178,9 @@ class NamespaceBackend:
             unsupported.append("passthrough (uninspected TLS)")
         if container["ports"]:
             unsupported.append("container.ports")
-        if not container["read_only"]:
-            unsupported.append("container.read_only: false")
-        if container["image"]:
-            unsupported.append("container.image (it runs the host's own binaries, read-only: "
-                               "install the agent on the host, e.g. `npm install -g`)")
+        if not container["read_only"] and not container["image"]:
+            unsupported.append("container.read_only: false (without container.image the "
+                               "cage's root is the host's own, read-only)")
         if container["rootfs"]:
             unsupported.append("container.rootfs")
         if rootless.active():
@@ -238,6 +242,8 @@ class NamespaceBackend:
             meta = self.meta(cage)  # credential files made since the last walk: masked too
             credmasks.refresh(cage, meta.volumes, meta.mask_credentials, meta.unmask,
                               starting=True)
+            if meta.image is not None:  # a restored cage's layer is made again here
+                layers.ensure(cage, meta.image, meta.host_uid, meta.host_gid, say=self.say)
             return self._bring_up(cage, spec, plan, gateway, dns_servers, command)
         except BaseException:
             self.stop(cage)
@@ -423,15 +429,20 @@ class NamespaceBackend:
 
     # ---- exec ----------------------------------------------------------------------------
 
-    def exec(self, cage: CageDir, command: Sequence[str], interactive: bool = False) -> int:
-        """Run `command` in the cage with the caller's terminal; its exit code."""
+    def exec(self, cage: CageDir, command: Sequence[str], interactive: bool = False,
+             as_root: bool = False) -> int:
+        """Run `command` in the cage with the caller's terminal; its exit code. `as_root`: as
+        root of the cage's user namespace, its layer writable (a cage with an image)."""
         return workload.exit_status(
-            workload.run(self._target(cage), command, interactive, capture=False).returncode)
+            workload.run(self._target(cage), command, interactive, capture=False,
+                         as_root=as_root).returncode)
 
     def exec_capture(self, cage: CageDir, command: Sequence[str],
-                     timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+                     timeout: float | None = None,
+                     as_root: bool = False) -> subprocess.CompletedProcess[str]:
         """Run `command` in the cage with captured stdout/stderr (tests, verify, benchmarks)."""
-        return workload.run(self._target(cage), command, False, capture=True, timeout=timeout)
+        return workload.run(self._target(cage), command, False, capture=True, timeout=timeout,
+                            as_root=as_root)
 
     def spawn(self, cage: CageDir, command: Sequence[str], log: Path) -> int:
         """Start a service workload in the background (output to `log`); its pid."""

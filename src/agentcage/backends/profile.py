@@ -46,6 +46,9 @@ class CageMeta:
     seed_files: tuple[tuple[str, str, str], ...] = ()
     mask_credentials: bool = True  # credmasks.py
     unmask: tuple[str, ...] = ()
+    # container.image: the cage's root is its layer (layers.py), writable with read_only off
+    image: str | None = None
+    writable_root: bool = False
 
     def to_dict(self) -> dict:
         return {"project": self.project, "host_uid": self.host_uid, "host_gid": self.host_gid,
@@ -55,7 +58,8 @@ class CageMeta:
                 "files": dict(self.files),
                 "named_volumes": [list(v) for v in self.named_volumes],
                 "seed_files": [list(s) for s in self.seed_files],
-                "mask_credentials": self.mask_credentials, "unmask": list(self.unmask)}
+                "mask_credentials": self.mask_credentials, "unmask": list(self.unmask),
+                "image": self.image, "writable_root": self.writable_root}
 
     @classmethod
     def from_dict(cls, d: dict) -> CageMeta:
@@ -76,6 +80,8 @@ class CageMeta:
             seed_files=tuple((str(a), str(b), str(c)) for a, b, c in d.get("seed_files", ())),
             mask_credentials=bool(d.get("mask_credentials", True)),
             unmask=tuple(str(u) for u in d.get("unmask", ())),
+            image=None if d.get("image") is None else str(d["image"]),
+            writable_root=bool(d.get("writable_root", False)),
         )
 
 
@@ -92,13 +98,17 @@ def load_meta(path: Path) -> CageMeta:
 
 
 def make_meta(spec: CageSpec, project: Path, host_uid: int, host_gid: int,
-              volumes: tuple[tuple[str, str, str], ...]) -> CageMeta:
+              volumes: tuple[tuple[str, str, str], ...],
+              image_env: tuple[tuple[str, str], ...] = ()) -> CageMeta:
+    """`image_env`: the environment the cage's image sets, beneath cage.yaml's own."""
     tmpfs = spec.tmpfs
     if not any(t == "/tmp" for t, _ in tmpfs):
         tmpfs += (("/tmp", None),)
+    env = tuple(sorted({**dict(image_env), **dict(spec.env)}.items()))
     return CageMeta(str(project), host_uid, host_gid, volumes, spec.uid, spec.gid, tmpfs,
-                    spec.env, spec.lifecycle, spec.secret_env, spec.files, spec.named_volumes,
-                    spec.seed_files, spec.mask_credentials, spec.unmask)
+                    env, spec.lifecycle, spec.secret_env, spec.files, spec.named_volumes,
+                    spec.seed_files, spec.mask_credentials, spec.unmask, spec.image,
+                    spec.writable_root)
 
 
 def choose_host_user(spec: CageSpec, project: Path) -> tuple[int, int, str]:

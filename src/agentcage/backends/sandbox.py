@@ -12,7 +12,7 @@ and the environment that all three start with is the cage's own (`sandbox_env`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agentcage import rootless
@@ -68,6 +68,10 @@ class SandboxSpec:
     chdir: str = WORKSPACE
     root_links: dict[str, str] = field(default_factory=dict)  # /bin -> usr/bin on merged-/usr hosts
     root_dirs: tuple[str, ...] = ROOT_DIRS
+    # A directory that is the cage's whole root instead of the host's root_dirs: the cage's
+    # layer, made from its image (layers.py); writable for `shell --as-root` and read_only off.
+    root: str | None = None
+    root_writable: bool = False
     interactive: bool = False  # stdin is a pty of the cage's own (terminal.py)
     die_with_parent: bool = True  # False for a service workload that outlives the CLI
 
@@ -101,10 +105,13 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
     # Never the caller's terminal session: an interactive command gets a pty of its own, made
     # its controlling terminal in the cage below (see terminal.py).
     argv += ["--new-session"]
-    for d in spec.root_dirs:
-        argv += ["--ro-bind", d, d]
-    for link, target in sorted(spec.root_links.items()):
-        argv += ["--symlink", target, link]
+    if spec.root is not None:
+        argv += ["--bind" if spec.root_writable else "--ro-bind", spec.root, "/"]
+    else:
+        for d in spec.root_dirs:
+            argv += ["--ro-bind", d, d]
+        for link, target in sorted(spec.root_links.items()):
+            argv += ["--symlink", target, link]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for target, size in spec.tmpfs:
         if size:
@@ -123,7 +130,8 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
         argv += ["--perms", "0444", "--ro-bind-data", str(data.fd), data.dest]
     # bwrap builds the root on a tmpfs of its own; once every mount point exists on it, it goes
     # read-only too, so only /tmp, /run, /var/tmp, the home and writable mounts take writes.
-    argv += ["--remount-ro", "/"]
+    if not spec.root_writable:
+        argv += ["--remount-ro", "/"]
     argv += ["--seccomp", str(spec.seccomp_fd)]
     argv += ["--chdir", spec.chdir, "--"]
     if spec.started_fd is not None and spec.gate_fd is not None:
@@ -145,6 +153,49 @@ STARTED_SCRIPT = 'printf s >"/proc/self/fd/$1" && shift && exec "$@"'
 # $2: the gate; `read` fails on its end without a line, and nothing runs
 GATED_SCRIPT = ('printf s >"/proc/self/fd/$1" && read -r go <"/proc/self/fd/$2" && shift 2 '
                 '&& exec "$@"')
+
+
+def mount_points(spec: SandboxSpec) -> tuple[list[str], list[str]]:
+    """(directories, files) the sandbox mounts something on that must exist in its root when
+    the root is a directory of its own (`root`): all but those inside another of its mounts
+    (a tmpfs, or a host directory), where bubblewrap or the host provides them."""
+    tmpfs = ["/proc", "/dev", "/run", "/var/tmp", *(t for t, _ in spec.tmpfs)]
+    if not any(m.dest == AGENT_HOME for m in spec.mounts):
+        tmpfs.append(AGENT_HOME)
+    inside = [*tmpfs, *(m.dest for m in spec.mounts)]
+
+    def covered(path: str) -> bool:
+        return any(path.startswith(c.rstrip("/") + "/") for c in inside)
+
+    dirs = [*tmpfs, *(m.dest for m in spec.mounts), *spec.masks,
+            *(dest for _, dest in spec.cgroup_binds), spec.chdir]
+    files = [*(d.dest for d in spec.data_files), *(dest for _, dest in spec.read_only_files)]
+    return (list(dict.fromkeys(d for d in dirs if not covered(d))),
+            list(dict.fromkeys(f for f in files if not covered(f))))
+
+
+def with_paths(spec: SandboxSpec, fitted: dict[str, str]) -> SandboxSpec:
+    """The spec with each path inside the sandbox replaced as `fitted` says (the path, or the
+    nearest directory above it that is a key)."""
+    def moved(path: str) -> str:
+        probe = path
+        while True:
+            if probe in fitted:
+                return fitted[probe] + path[len(probe):]
+            if probe in ("/", ""):
+                return path
+            probe = probe.rsplit("/", 1)[0] or "/"
+
+    return replace(
+        spec,
+        mounts=tuple(replace(m, dest=moved(m.dest)) for m in spec.mounts),
+        masks=tuple(moved(m) for m in spec.masks),
+        read_only_files=tuple((s, moved(d)) for s, d in spec.read_only_files),
+        cgroup_binds=tuple((s, moved(d)) for s, d in spec.cgroup_binds),
+        tmpfs=tuple((moved(t), size) for t, size in spec.tmpfs),
+        data_files=tuple(replace(d, dest=moved(d.dest)) for d in spec.data_files),
+        chdir=moved(spec.chdir),
+    )
 
 
 def sandbox_env(spec: SandboxSpec) -> dict[str, str]:

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage.backends import cgroups, host, netplan, terminal, volumes
+from agentcage.backends import cgroups, host, layers, netplan, terminal, volumes
 from agentcage.backends.keyring import join_new_session_keyring
 from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import (
+    AGENT_HOME,
     CAGE_BUNDLE_PATH,
     CAGE_CA_PATH,
     SYSTEM_BUNDLE_PATH,
@@ -32,9 +33,11 @@ from agentcage.backends.sandbox import (
     SandboxSpec,
     cage_environment,
     host_root_links,
+    mount_points,
     pivot_masks,
     sandbox_argv,
     sandbox_env,
+    with_paths,
 )
 from agentcage.backends.seccomp import build_filter
 from agentcage.errors import BackendError, StateError
@@ -110,33 +113,46 @@ def open_volumes(t: Target, env_placeholders: dict[str, str]) -> list[volumes.Op
 def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list[int],
                  started_fd: int, gate_fd: int | None = None,
                  named: Sequence[volumes.OpenVolume] = (),
-                 env_placeholders: dict[str, str] | None = None) -> SandboxSpec:
+                 env_placeholders: dict[str, str] | None = None,
+                 as_root: bool = False, root_source: str | None = None) -> SandboxSpec:
     """The spec of one command; the descriptors it opens are appended to `fds` (caller closes).
     `named`: the named volumes, opened and staged by `launch` (see volumes.py);
-    `env_placeholders`: the secrets' placeholders, when the caller has read them already."""
+    `env_placeholders`: the secrets' placeholders, when the caller has read them already;
+    `as_root`: the command runs as root of the cage's user namespace, its layer writable (a
+    cage with an image only); `root_source`: where bubblewrap finds the layer (staged)."""
     def data(name: str, content: bytes, dest: str) -> DataFile:
         fd = _memfd(name, content)
         fds.append(fd)
         return DataFile(fd, dest)
 
+    if as_root and t.meta.image is None:
+        raise BackendError(f"cage {t.cage.name} runs the host's own /usr read-only, which "
+                           "nothing in it can change: --as-root needs a cage with "
+                           "container.image (its own layer)")
     env = dict(t.meta.env)
     env.update(placeholders(t) if env_placeholders is None else env_placeholders)
     ca = t.cage.ca_cert.read_bytes()
     bundle_path = Path(SYSTEM_BUNDLE_PATH)
     system = bundle_path.read_bytes() if bundle_path.exists() else b""
-    uid, gid = t.meta.uid, t.meta.gid
+    uid, gid = (0, 0) if as_root else (t.meta.uid, t.meta.gid)
     files = [
         data("resolv", f"nameserver {t.plan.gateway_address}\noptions attempts:1\n".encode(),
              "/etc/resolv.conf"),
         data("hosts", b"127.0.0.1 localhost\n", "/etc/hosts"),
         data("passwd", f"root:x:0:0::/root:/usr/sbin/nologin\n"
-                       f"agent:x:{uid}:{gid}::/home/agent:/bin/sh\n".encode(), "/etc/passwd"),
-        data("group", f"root:x:0:\nagent:x:{gid}:\n".encode(), "/etc/group"),
+                       f"agent:x:{t.meta.uid}:{t.meta.gid}::/home/agent:/bin/sh\n".encode(),
+             "/etc/passwd"),
+        data("group", f"root:x:0:\nagent:x:{t.meta.gid}:\n".encode(), "/etc/group"),
         data("ca", ca, CAGE_CA_PATH),
         data("bundle", system + b"\n" + ca, CAGE_BUNDLE_PATH),
     ]
     if bundle_path.exists():
         files.append(data("sysbundle", system + b"\n" + ca, SYSTEM_BUNDLE_PATH))
+    if as_root:
+        env.update(HOME="/root", USER="root", LOGNAME="root")
+        if (layers.layer_path(t.cage) / "etc" / "apt" / "apt.conf.d").is_dir():
+            # apt drops to its _apt user to download, a uid the cage's namespace lacks
+            files.append(data("apt", APT_AS_ROOT, "/etc/apt/apt.conf.d/00agentcage-root"))
     for dest, text in t.meta.files:  # container.files: the agent's own configuration
         files.append(data("file", text.encode(), dest))
     seccomp_fd = _memfd("seccomp", build_filter())
@@ -160,7 +176,7 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         source = (volumes.staged_path(index) if _stages_volumes()
                   else str(volumes.volumes_root(t.cage) / volume.name))
         mounts.append(Mount(source, volume.target, writable=volume.writable))
-    return SandboxSpec(
+    spec = SandboxSpec(
         command=tuple(command),
         netns=t.plan.cage_ns,
         host_uid=t.meta.host_uid,
@@ -183,6 +199,31 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         root_links=host_root_links(),
         interactive=interactive,
     )
+    if t.meta.image is None:
+        return spec
+    return _on_layer(t, spec, root_source, writable=as_root or t.meta.writable_root)
+
+
+APT_AS_ROOT = b'APT::Sandbox::User "root";\n'
+
+
+def _on_layer(t: Target, spec: SandboxSpec, root_source: str | None,
+              writable: bool) -> SandboxSpec:
+    """The spec with the cage's layer as its root: every mount point made in the layer, and
+    the paths bubblewrap is given resolved inside it (layers.py)."""
+    layer = layers.layer_path(t.cage)
+    if not layer.is_dir():
+        raise BackendError(f"cage {t.cage.name} has no layer of its image; `agentcage restart "
+                           f"{t.cage.name}` makes it")
+    dirs, files = mount_points(spec)
+    fitted = layers.fit_mount_points(layer, dirs, files, t.meta.host_uid, t.meta.host_gid)
+    for fixed in ("/proc", "/dev", "/run", "/var/tmp", AGENT_HOME):
+        if fitted.get(fixed, fixed) != fixed:
+            raise BackendError(f"the image of cage {t.cage.name} has a link at {fixed} (to "
+                               f"{fitted[fixed]}); agentcage mounts its own there: make it a "
+                               "directory in the image")
+    spec = with_paths(spec, fitted)
+    return dataclasses.replace(spec, root=root_source or str(layer), root_writable=writable)
 
 
 def _stages_volumes() -> bool:
@@ -207,9 +248,11 @@ def _before_exec(cgroup_dirs: tuple[str, ...], stager: volumes.Stager | None) ->
 
 
 def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dict,
-           detached: bool = False, gate: int | None = None) -> tuple[subprocess.Popen, int]:
+           detached: bool = False, gate: int | None = None,
+           as_root: bool = False) -> tuple[subprocess.Popen, int]:
     """Start one sandboxed command; returns the process and the read end of the started pipe.
-    `gate`: the read end of a pipe the command waits on (see `start`)."""
+    `gate`: the read end of a pipe the command waits on (see `start`); `as_root`: see
+    `sandbox_spec`."""
     fds: list[int] = []
     named: list[volumes.OpenVolume] = []
     started_r, started_w = os.pipe()
@@ -220,11 +263,17 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
         env_placeholders = placeholders(t)
         named = open_volumes(t, env_placeholders)
         stager = None
-        if named and _stages_volumes():
+        staged = [str(volumes.volumes_root(t.cage) / v.name) for v in named]
+        if t.meta.image is not None:  # the layer is staged as the volumes are, after them
+            staged.append(str(layers.layer_path(t.cage)))
+        root_source = None
+        if staged and _stages_volumes():
             volumes.prepare_staging()
-            stager = volumes.Stager([str(volumes.volumes_root(t.cage) / v.name) for v in named])
+            stager = volumes.Stager(staged)
+            if t.meta.image is not None:
+                root_source = volumes.staged_path(len(named))
         spec = sandbox_spec(t, command, interactive, fds, started_w, gate, named,
-                            env_placeholders)
+                            env_placeholders, as_root, root_source)
         if detached:
             spec = dataclasses.replace(spec, die_with_parent=False)
         passed = (*fds, started_w) if gate is None else (*fds, started_w, gate)
@@ -247,14 +296,14 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
 
 
 def run(t: Target, command: Sequence[str], interactive: bool, capture: bool,
-        timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        timeout: float | None = None, as_root: bool = False) -> subprocess.CompletedProcess[str]:
     """Run and wait; with `capture`, stdout/stderr are returned instead of inherited; with
     `interactive` (and no capture), the command gets a terminal of its own relayed to ours."""
-    return start(t, command, interactive, capture).wait(timeout)
+    return start(t, command, interactive, capture, as_root=as_root).wait(timeout)
 
 
 def start(t: Target, command: Sequence[str], interactive: bool, capture: bool,
-          gated: bool = False) -> Running:
+          gated: bool = False, as_root: bool = False) -> Running:
     """Start a command as `run` does, without waiting for it. `gated`: its sandbox is made,
     and the command waits behind the proof that it is complete until `Running.release` (it
     never runs if that does not come: `Running.abort`, or this process ending)."""
@@ -270,7 +319,7 @@ def start(t: Target, command: Sequence[str], interactive: bool, capture: bool,
         pipes = {}
     gate_r, gate_w = os.pipe() if gated else (None, None)
     try:
-        proc, started = launch(t, command, interactive, pipes, gate=gate_r)
+        proc, started = launch(t, command, interactive, pipes, gate=gate_r, as_root=as_root)
     except BaseException:
         for fd in (master, gate_w):
             if fd is not None:

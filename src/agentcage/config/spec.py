@@ -57,6 +57,8 @@ class CageSpec:
     secret_env: tuple[str, ...]  # env names with an injection rule: placeholders in the cage
     mask_credentials: bool  # credential files in the host directories: empty in the cage
     unmask: tuple[str, ...]  # ...but these (relative paths)
+    image: str | None  # an image whose files are the cage's root (backends/layers.py)
+    writable_root: bool  # container.read_only false: the workload writes its (image's) root
     memory: int | None
     pids: int | None
     cpus: float | None
@@ -124,6 +126,8 @@ class CageSpec:
             # (forms stored before masking existed have neither key: the defaults)
             mask_credentials=bool(container.get("mask_credentials", True)),
             unmask=tuple(container.get("unmask", ())),
+            image=container.get("image") or None,
+            writable_root=not container.get("read_only", True),
             memory=limits["memory"],
             pids=limits["pids"],
             cpus=cpus(limits["cpu"]),
