@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-linux
     podman runc debootstrap
+    busybox-static  # the busybox image the tests build (no registry is reachable from them)
     slirp4netns uidmap  # rootless cages: their uplink, and subordinate id maps
     python3-pip  # pip inside the cage (the package-install workload tests)
     vim  # a person editing a cage (agentcage edit) in vi, at a terminal

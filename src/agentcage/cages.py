@@ -271,9 +271,9 @@ class CageService:
         self.store.remove(name, keep=keep)
 
     def exec(self, name: str, command: Sequence[str], interactive: bool = False,
-             as_root: bool = False) -> int:
+             as_root: bool = False, lend_python: bool = False) -> int:
         cage = self._existing(name)
-        return self.backend.exec(cage, command, interactive, as_root)
+        return self.backend.exec(cage, command, interactive, as_root, lend_python)
 
     def exec_capture(self, name: str, command: Sequence[str], timeout: float | None = None,
                      as_root: bool = False):

@@ -468,10 +468,17 @@ def cage_restore(archive: Path, new_name: str | None) -> None:
 def _exec_command():
     @click.argument("name", shell_complete=complete_cages)
     @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-    def command(name: str, command: tuple[str, ...]) -> None:
+    @click.option("--as-root", is_flag=True,
+                  help="as root of the cage's own user namespace (never the host's root), "
+                       "its image's layer writable (a cage with container.image)")
+    # verify's, for an image without Python: `-- python3 ARGS` runs the host's, lent
+    # read-only for this command (backends/lentpython.py)
+    @click.option("--lend-python", is_flag=True, hidden=True)
+    def command(name: str, command: tuple[str, ...], as_root: bool, lend_python: bool) -> None:
         """Run COMMAND inside the cage NAME: `agentcage exec NAME -- COMMAND ...` (its own
         options after --). Exits with the command's status."""
-        sys.exit(_service().exec(name, list(command), interactive=sys.stdin.isatty()))
+        sys.exit(_service().exec(name, list(command), interactive=sys.stdin.isatty(),
+                                 as_root=as_root, lend_python=lend_python))
 
     return command
 

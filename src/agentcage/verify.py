@@ -43,6 +43,17 @@ def own_volumes(cage: CageDir) -> list[tuple[str, str]]:
     return [(target, os.path.realpath(root / name)) for name, target, _ in meta.named_volumes]
 
 
+def image_has_python(cage: CageDir) -> bool:
+    """False for a cage on an image without python3 (the probe needs one: it is lent)."""
+    from agentcage.backends.layers import layer_path
+    from agentcage.backends.lentpython import has_python
+    from agentcage.backends.profile import load_meta
+
+    if load_meta(cage.root / "meta.json").image is None:
+        return True  # the host's own root, with the host's python3
+    return has_python(str(layer_path(cage)))
+
+
 def verify_plan(
     name: str,
     *,
@@ -78,9 +89,16 @@ def verify_cage(
     # `agentcage exec` in the child must find the cage where this process found it.
     child_env = {**(os.environ if env is None else env), HOME_ENV: str(store.root)}
     how = f"agentcage verify {name}: the probe run inside the cage through agentcage exec"
+    flags: tuple[str, ...] = ()
+    if not image_has_python(store.cage(name)):
+        from agentcage.backends.lentpython import LENT_AT
+
+        flags = ("--lend-python",)
+        how += (f", by the host's python3 lent read-only at {LENT_AT} (the cage's image has "
+                "none)")
     try:
         launch = cage_launch(name, how, agentcage_bin=agentcage_binary(),
-                             own_volumes=own_volumes(store.cage(name)))
+                             own_volumes=own_volumes(store.cage(name)), exec_flags=flags)
         return service.measure(launch, plan, env=child_env)
     except AgentsecError as exc:
         raise VerifyError(f"verify {name}: {exc}") from exc

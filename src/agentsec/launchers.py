@@ -261,11 +261,13 @@ def command_launch(template: str, how: str) -> Launch:
 
 def cage_launch(name: str, how: str, agentcage_bin: str | None = None,
                 python: str = "python3",
-                own_volumes: Sequence[tuple[str, str]] = ()) -> Launch:
+                own_volumes: Sequence[tuple[str, str]] = (),
+                exec_flags: Sequence[str] = ()) -> Launch:
     """Inside a running agentcage cage, through `agentcage exec` (what `agentcage verify` runs).
-    `own_volumes`: the cage's named volumes, (path in the cage, host directory)."""
+    `own_volumes`: the cage's named volumes, (path in the cage, host directory); `exec_flags`:
+    options of `agentcage exec` itself."""
     binary = agentcage_bin or _require_binary("agentcage")
-    prefix = (binary, "exec", name, "--")
+    prefix = (binary, "exec", name, *exec_flags, "--")
     target = Target(kind="cage", how=how, engine="agentcage", command=(*prefix, python, "-"),
                     own_volumes=tuple(own_volumes))
     return Launch(prefix=prefix, python=python, target=target)

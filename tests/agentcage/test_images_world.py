@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from tests.agentcage.conftest import (
     run_cli,
     start_cage,
 )
+from tests.agentcage.hosted import OnHost
 from tests.integration.podman_world import podman_world
 
 
@@ -142,7 +145,7 @@ def test_a_cage_on_an_image_verifies_as_any_cage(image_cage, tmp_path):
     axes = report["summary"]["axes"]
     assert all(axis["state"] != "not_measured" for axis in axes.values()), axes
     assert not found & {"NET-001", "NET-002", "PRIV-001", "PRIV-002", "PRIV-003", "FS-001",
-                        "FS-002", "PERS-005", "SEC-001"}, sorted(found)
+                        "FS-002", "PERS-005", "SEC-001", "SEC-005"}, sorted(found)
 
 
 def test_a_root_shell_installs_a_package_through_the_gateway_and_it_stays(image_cage):
@@ -205,3 +208,73 @@ def test_isolation_container_needs_an_image(world, user_home):
                                                    extra="isolation: container\n"))
     r = run_cli(user_home, "cage", "create", "-c", str(user_home / "cage.yaml"))
     assert r.returncode == 1 and "isolation container: name the image" in r.stderr, r.stderr
+
+
+class OnHostWithImages(OnHost):
+    """The CLI on the fake host, finding images in the tests' podman storage."""
+
+    def __init__(self, host, home: Path, podman_env: dict[str, str]):
+        super().__init__(host, home)
+        self.podman_env = {k: v for k, v in podman_env.items() if k != "IMAGE"}
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None, **kw):
+        return super().__call__(*args, env={**self.podman_env, **(env or {})}, **kw)
+
+
+# The image each scaffold names, and what stands in for it here: Debian's own minbase root
+# for debian, and for ubuntu and arch too (no Ubuntu or Arch mirror is reachable from this
+# machine, so their real images cannot be made: a stand-in under their name shows that the
+# scaffolds start as written, not how those distributions behave); busybox is Debian's static
+# busybox.
+STAND_INS = {
+    "debian": "docker.io/library/debian:bookworm-slim",
+    "ubuntu": "docker.io/library/ubuntu:24.04",
+    "arch": "docker.io/library/archlinux:latest",
+}
+
+
+@pytest.fixture(scope="module")
+def scaffold_host(world, podman_env):
+    """A fake host whose podman storage holds an image under each scaffold's name."""
+    from fakenet import FakeHost
+    from tests.integration.podman_world import podman_world
+
+    with podman_world() as images:
+        for name in STAND_INS.values():
+            tagged = images.podman("tag", images.image, name)
+            assert tagged.returncode == 0, tagged.stderr
+    home = Path(tempfile.mkdtemp(prefix="agentcage-images-"))
+    os.chmod(home, 0o755)
+    try:
+        with FakeHost(world) as host:
+            cli = OnHostWithImages(host, home, podman_env)
+            yield cli
+            cli.destroy_all()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("scaffold", [*STAND_INS, "busybox"])
+def test_each_image_scaffold_starts_as_written_and_verifies(world, scaffold_host, scaffold):
+    """`init --scaffold S` then `cage create` as the README has it, on a host played by a
+    namespace: the cage's shell is the image's, its root read-only to the agent; verify's
+    score is at most 8."""
+    cli, name = scaffold_host, f"s-{scaffold}"
+    cli.create_from_scaffold(world, name, scaffold)
+    try:
+        r = cli("exec", name, "--", "/bin/sh", "-c", "id -u; cat README; ls /bin/busybox "
+                "/usr/bin/bwrap 2>/dev/null; touch /etc/x 2>/dev/null || echo ro")
+        expect_busybox = ["/bin/busybox"] if scaffold == "busybox" else []
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.split() == ["1000", "hello", *expect_busybox, "ro"], r.stdout
+        out = cli.home / f"verify-{scaffold}"
+        v = cli("verify", name, "--out", str(out), "--max-score", "8", timeout=180)
+        assert v.returncode == 0, (v.stdout + v.stderr)[-2000:]
+        report = json.loads(next(out.glob("*.json")).read_text())
+        axes = report["summary"]["axes"]
+        assert all(axis["state"] != "not_measured" for axis in axes.values()), axes
+        # busybox has no python3: the probe ran on the host's, lent read-only, and says so
+        lent = "python3 lent read-only" in report["target"]["how"]
+        assert lent == (scaffold == "busybox"), report["target"]["how"]
+    finally:
+        cli("destroy", "-y", name)

@@ -66,6 +66,8 @@ def test_unpacking_a_hostile_image_touches_nothing_outside_its_layer(tmp_path):
         (_member("pipe", tarfile.FIFOTYPE, 0o644), None),
         (_member("su", mode=0o4755), b"#!/bin/sh\n"),
         (_member("open", mode=0o777), b"x\n"),
+        (_member("etc/shadow", mode=0o640), b"root:$y$hash:1::::::\n"),
+        (_member("./etc/ssl/private/key.pem", mode=0o600), b"a private key\n"),
     ])
     done = _unpack(layer, archive)
     assert outside.read_text() == "the host's\n"
@@ -79,6 +81,10 @@ def test_unpacking_a_hostile_image_touches_nothing_outside_its_layer(tmp_path):
         assert not (layer / absent).exists()
     assert stat.S_IMODE((layer / "su").stat().st_mode) == 0o755  # no setuid
     assert stat.S_IMODE((layer / "open").stat().st_mode) == 0o755  # no group/other write
+    # root's alone in the image; the agent owns the layer, so: nobody's (no cage process
+    # holds the capability that reads a file without permission)
+    assert stat.S_IMODE((layer / "etc" / "shadow").stat().st_mode) == 0
+    assert stat.S_IMODE((layer / "etc" / "ssl" / "private" / "key.pem").stat().st_mode) == 0
     for path in (layer / "su", layer / "etc", layer / "etc" / "os-release"):
         assert (path.stat().st_uid, path.stat().st_gid) == OWNER
     assert done["skipped"] == {"device or fifo": 2, "hard link outside the image": 1,

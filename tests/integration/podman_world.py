@@ -6,8 +6,9 @@ own podman configuration and storage are never touched. The default network is "
 bridge would rewrite the host firewall, so a test that wants a network names a namespace of the
 fake internet with --network ns:/run/netns/NAME.
 
-The test image is a Debian minbase root filesystem with python3 made by debootstrap (about a
-minute, once per machine), imported with `podman import`; no registry is needed. The cache is
+The test images are a Debian minbase root filesystem with python3 made by debootstrap (about a
+minute, once per machine) and a busybox one from Debian's busybox-static (under the name the
+busybox scaffold gives it), imported with `podman import`; no registry is needed. The cache is
 shared by every test run on the machine, and locked (see `podman_world`).
 """
 
@@ -29,6 +30,9 @@ import pytest
 CACHE = Path(os.environ.get("AGENTSEC_TEST_CACHE", "/var/cache/agentsec-tests"))
 IMAGE = "localhost/agentsec-python:bookworm"
 NO_PYTHON_IMAGE = "localhost/agentsec-nopython:test"
+# Under the name the busybox scaffold gives it: Debian's static busybox and its applets.
+BUSYBOX_IMAGE = "docker.io/library/busybox:latest"
+BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (scripts/setup.sh installs it)
 MIRROR = os.environ.get("AGENTSEC_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 CONTAINERS_CONF = """\
@@ -48,6 +52,7 @@ class PodmanWorld:
     env: dict[str, str]
     image: str
     no_python_image: str
+    busybox_image: str = BUSYBOX_IMAGE
 
     def podman(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -135,6 +140,18 @@ def _bare_rootfs(target: Path) -> None:
     (target / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/false\n")
 
 
+def _busybox_rootfs(target: Path) -> None:
+    for directory in ("bin", "etc", "tmp", "proc", "dev", "root", "home", "run", "var/tmp"):
+        (target / directory).mkdir(parents=True)
+    shutil.copy2(BUSYBOX, target / "bin" / "busybox")
+    applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    for applet in applets:
+        if applet != "busybox":
+            (target / "bin" / applet).symlink_to("busybox")
+    (target / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+
+
 def _import(world: PodmanWorld, directory: Path, image: str) -> None:
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=directory.parent) as scratch:
         tarball = Path(scratch) / "rootfs.tar"
@@ -166,6 +183,7 @@ def _complete(world: PodmanWorld, files: dict[Path, str]) -> bool:
         all(path.exists() and path.read_text() == text for path, text in files.items())
         and _image_exists(world, IMAGE)
         and _image_exists(world, NO_PYTHON_IMAGE)
+        and _image_exists(world, BUSYBOX_IMAGE)
     )
 
 
@@ -183,12 +201,14 @@ def _build(cache: Path, world: PodmanWorld, files: dict[Path, str]) -> None:
         _import(world, cached_tree(cache, "rootfs-bookworm-python3", _debootstrap), IMAGE)
     if not _image_exists(world, NO_PYTHON_IMAGE):
         _import(world, cached_tree(cache, "rootfs-bare", _bare_rootfs), NO_PYTHON_IMAGE)
+    if not _image_exists(world, BUSYBOX_IMAGE):
+        _import(world, cached_tree(cache, "rootfs-busybox", _busybox_rootfs), BUSYBOX_IMAGE)
 
 
 @contextlib.contextmanager
 def podman_world(cache: Path = CACHE) -> Iterator[PodmanWorld]:
     """The world, built if needed, and held (the cache locked shared) while it is in use."""
-    _require("podman", "runc", "debootstrap")
+    _require("podman", "runc", "debootstrap", str(BUSYBOX))
     world, files = _world(cache)
     with cache_lock(cache, exclusive=False) as fd:
         if not _complete(world, files):

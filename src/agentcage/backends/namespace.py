@@ -430,12 +430,13 @@ class NamespaceBackend:
     # ---- exec ----------------------------------------------------------------------------
 
     def exec(self, cage: CageDir, command: Sequence[str], interactive: bool = False,
-             as_root: bool = False) -> int:
+             as_root: bool = False, lend_python: bool = False) -> int:
         """Run `command` in the cage with the caller's terminal; its exit code. `as_root`: as
-        root of the cage's user namespace, its layer writable (a cage with an image)."""
+        root of the cage's user namespace, its layer writable (a cage with an image);
+        `lend_python`: `python3 ARGS` with the host's interpreter (lentpython.py)."""
         return workload.exit_status(
             workload.run(self._target(cage), command, interactive, capture=False,
-                         as_root=as_root).returncode)
+                         as_root=as_root, lend_python=lend_python).returncode)
 
     def exec_capture(self, cage: CageDir, command: Sequence[str],
                      timeout: float | None = None,

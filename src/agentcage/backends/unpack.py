@@ -11,15 +11,22 @@ out through `..`) cannot leave DIR anyway; it is refused all the same, and count
 Every file becomes the workload's (UID:GID), without setuid, setgid or sticky bits and without
 group or other write: nothing in the layer can raise privileges, and a cage where no process
 has a capability could not use them anyway. Device nodes and FIFOs are left out (the cage gets
-its own /dev).
+its own /dev). The files an image keeps for root alone (password hashes, private keys) would
+be the agent's to read once the agent owns them, so they get no permission at all (ROOT_ONLY):
+no process in the cage holds the capability that reads such a file.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import sys
 import tarfile
+
+# Files of root's alone in an image (as tar names them, relative).
+ROOT_ONLY = ("etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-", "etc/ssl/private/*",
+             "etc/ssh/ssh_host_*_key")
 
 
 class Unpacker:
@@ -52,6 +59,9 @@ class Unpacker:
         self.files += 1
         self.bytes += member.size if member.isreg() else 0
         mode = None if member.mode is None else member.mode & 0o755
+        if member.isreg() and any(fnmatch.fnmatchcase(member.name.lstrip("./"), pattern)
+                                  for pattern in ROOT_ONLY):
+            mode = 0
         return member.replace(uid=self.uid, gid=self.gid, uname="", gname="", mode=mode,
                               deep=False)
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage.backends import cgroups, host, layers, netplan, terminal, volumes
+from agentcage.backends import cgroups, host, layers, lentpython, netplan, terminal, volumes
 from agentcage.backends.keyring import join_new_session_keyring
 from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import (
@@ -114,12 +114,14 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
                  started_fd: int, gate_fd: int | None = None,
                  named: Sequence[volumes.OpenVolume] = (),
                  env_placeholders: dict[str, str] | None = None,
-                 as_root: bool = False, root_source: str | None = None) -> SandboxSpec:
+                 as_root: bool = False, root_source: str | None = None,
+                 lend_python: bool = False) -> SandboxSpec:
     """The spec of one command; the descriptors it opens are appended to `fds` (caller closes).
     `named`: the named volumes, opened and staged by `launch` (see volumes.py);
     `env_placeholders`: the secrets' placeholders, when the caller has read them already;
     `as_root`: the command runs as root of the cage's user namespace, its layer writable (a
-    cage with an image only); `root_source`: where bubblewrap finds the layer (staged)."""
+    cage with an image only); `root_source`: where bubblewrap finds the layer (staged);
+    `lend_python`: `python3 ARGS` runs the host's interpreter, lent read-only (lentpython.py)."""
     def data(name: str, content: bytes, dest: str) -> DataFile:
         fd = _memfd(name, content)
         fds.append(fd)
@@ -176,6 +178,11 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         source = (volumes.staged_path(index) if _stages_volumes()
                   else str(volumes.volumes_root(t.cage) / volume.name))
         mounts.append(Mount(source, volume.target, writable=volume.writable))
+    if lend_python:
+        lent = lentpython.lend()
+        mounts.append(Mount(lent.source, lentpython.LENT_AT))
+        env.update(lent.env)
+        command = lentpython.command_with(lent, command)
     spec = SandboxSpec(
         command=tuple(command),
         netns=t.plan.cage_ns,
@@ -249,10 +256,10 @@ def _before_exec(cgroup_dirs: tuple[str, ...], stager: volumes.Stager | None) ->
 
 def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dict,
            detached: bool = False, gate: int | None = None,
-           as_root: bool = False) -> tuple[subprocess.Popen, int]:
+           as_root: bool = False, lend_python: bool = False) -> tuple[subprocess.Popen, int]:
     """Start one sandboxed command; returns the process and the read end of the started pipe.
-    `gate`: the read end of a pipe the command waits on (see `start`); `as_root`: see
-    `sandbox_spec`."""
+    `gate`: the read end of a pipe the command waits on (see `start`); `as_root`,
+    `lend_python`: see `sandbox_spec`."""
     fds: list[int] = []
     named: list[volumes.OpenVolume] = []
     started_r, started_w = os.pipe()
@@ -273,7 +280,7 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
             if t.meta.image is not None:
                 root_source = volumes.staged_path(len(named))
         spec = sandbox_spec(t, command, interactive, fds, started_w, gate, named,
-                            env_placeholders, as_root, root_source)
+                            env_placeholders, as_root, root_source, lend_python)
         if detached:
             spec = dataclasses.replace(spec, die_with_parent=False)
         passed = (*fds, started_w) if gate is None else (*fds, started_w, gate)
@@ -296,14 +303,16 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
 
 
 def run(t: Target, command: Sequence[str], interactive: bool, capture: bool,
-        timeout: float | None = None, as_root: bool = False) -> subprocess.CompletedProcess[str]:
+        timeout: float | None = None, as_root: bool = False,
+        lend_python: bool = False) -> subprocess.CompletedProcess[str]:
     """Run and wait; with `capture`, stdout/stderr are returned instead of inherited; with
     `interactive` (and no capture), the command gets a terminal of its own relayed to ours."""
-    return start(t, command, interactive, capture, as_root=as_root).wait(timeout)
+    return start(t, command, interactive, capture, as_root=as_root,
+                 lend_python=lend_python).wait(timeout)
 
 
 def start(t: Target, command: Sequence[str], interactive: bool, capture: bool,
-          gated: bool = False, as_root: bool = False) -> Running:
+          gated: bool = False, as_root: bool = False, lend_python: bool = False) -> Running:
     """Start a command as `run` does, without waiting for it. `gated`: its sandbox is made,
     and the command waits behind the proof that it is complete until `Running.release` (it
     never runs if that does not come: `Running.abort`, or this process ending)."""
@@ -319,7 +328,8 @@ def start(t: Target, command: Sequence[str], interactive: bool, capture: bool,
         pipes = {}
     gate_r, gate_w = os.pipe() if gated else (None, None)
     try:
-        proc, started = launch(t, command, interactive, pipes, gate=gate_r, as_root=as_root)
+        proc, started = launch(t, command, interactive, pipes, gate=gate_r, as_root=as_root,
+                               lend_python=lend_python)
     except BaseException:
         for fd in (master, gate_w):
             if fd is not None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from agentcage.config.overrides import Overrides
     from agentcage.config.spec import CageSpec
 
-ALIASES = {"claude": "claude-code", "busybox": "minimal"}
+ALIASES = {"claude": "claude-code"}
 _PLACEHOLDER = "__NAME__"
 FORMS_FILE = Path(__file__).with_name("forms.py")
 # Package data, read from the package's directory: importlib.resources would cost every
