@@ -33,6 +33,7 @@ from tests.agentcage.conftest import (
 )
 from tests.agentcage.hosted import OnHost
 from tests.integration.podman_world import podman_world
+from tests.tmux_screen import Screen
 
 
 @pytest.fixture(scope="module")
@@ -278,3 +279,25 @@ def test_each_image_scaffold_starts_as_written_and_verifies(world, scaffold_host
         assert lent == (scaffold == "busybox"), report["target"]["how"]
     finally:
         cli("destroy", "-y", name)
+
+
+def test_a_person_opens_a_root_shell_at_a_terminal(world, podman_env, image_cage):
+    """`agentcage shell --as-root NAME` at a terminal (tmux): the shell's prompt, root's id,
+    a file written in the layer, and the shell's own status on leaving."""
+    state = image_cage.service.store.root
+    env = {"PATH": os.environ["PATH"], "AGENTCAGE_HOME": str(state), "LANG": "C.UTF-8",
+           "TERM": "xterm", "CONTAINERS_CONF": podman_env["CONTAINERS_CONF"],
+           "CONTAINERS_STORAGE_CONF": podman_env["CONTAINERS_STORAGE_CONF"]}
+    socket = state.parent / "tmux.sock"
+    screen = Screen(subprocess.run, socket, f"{AGENTCAGE_SCRIPT} shell --as-root img", env,
+                    state.parent)
+    try:
+        screen.wait_for(r"# $")  # root's prompt, from the image's own shell
+        screen.submit("id -u; echo made-by-root >/etc/motd-test; echo done-$((6*7))")
+        screen.wait_for(r"^0$")
+        screen.wait_for(r"^done-42$")
+        screen.submit("exit 3")
+        assert screen.exit_code() == 3
+    finally:
+        screen.close()
+    assert image_cage.sh("cat /etc/motd-test").stdout == "made-by-root\n"
