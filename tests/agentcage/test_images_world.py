@@ -301,3 +301,26 @@ def test_a_person_opens_a_root_shell_at_a_terminal(world, podman_env, image_cage
     finally:
         screen.close()
     assert image_cage.sh("cat /etc/motd-test").stdout == "made-by-root\n"
+
+
+def test_a_restored_image_cage_unpacks_its_image_again(image_cage, podman_env, tmp_path):
+    """A backup holds the cage, not its layer: the restored cage makes its layer from the
+    image at its first start (what a root shell installed is not in it)."""
+    env = {**podman_env, "AGENTCAGE_HOME": str(image_cage.service.store.root)}
+    home = image_cage.service.store.root.parent
+    image_cage.service.exec_capture(image_cage.name, ["/bin/sh", "-c", "touch /opt/installed"],
+                                    as_root=True)
+    archive = tmp_path / "img.tar.gz"
+    r = run_cli(home, "cage", "backup", image_cage.name, "-o", str(archive), env=env)
+    assert r.returncode == 0, r.stderr
+    r = run_cli(home, "cage", "restore", str(archive), "--name", "img2", env=env)
+    assert r.returncode == 0, r.stderr
+    try:
+        r = run_cli(home, "start", "img2", env=env, timeout=180)
+        assert r.returncode == 0, r.stderr
+        r = run_cli(home, "exec", "img2", "--", "/bin/sh", "-c",
+                    "cat /etc/debian_version; ls /opt", env=env)
+        assert r.returncode == 0 and r.stdout.startswith("12."), r.stdout + r.stderr
+        assert "installed" not in r.stdout
+    finally:
+        run_cli(home, "destroy", "-y", "img2", env=env)
