@@ -91,7 +91,7 @@ CONFIGS = {
     "escape-volume": (b"name: a\ncontainer: {volumes: ['/etc:/workspace:rw']}\n",
                       "host system directory"),
     "allow-without-mode": (b"name: a\ndomains: {allow: [a.example.com]}\n", "add mode"),
-    "image": (b"name: a\ncontainer: {image: 'node:22'}\ndomains: {mode: allowlist}\n",
+    "image": (b"name: a\ncontainer: {image: 'Node 22!'}\ndomains: {mode: allowlist}\n",
               "container.image"),
     "unknown-key": (b"name: a\nbogus: 1\n", "unknown key"),
 }

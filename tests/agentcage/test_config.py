@@ -159,3 +159,17 @@ def test_config_files_in_other_encodings_are_refused(tmp_path, raw, why):
         load_config(path)
     path.write_bytes(b"\xef\xbb\xbfname: a\n")  # a byte-order mark alone is fine
     assert load_config(path).name == "a"
+
+
+@pytest.mark.parametrize("reference", [
+    "node:22-slim", "docker.io/library/debian:bookworm-slim", "localhost:5000/team/agent:1.2",
+    "busybox", "ghcr.io/org/img@sha256:" + "a" * 64])
+def test_an_image_reference_podman_takes_is_taken(reference):
+    spec = load_config_text(f"name: a\ncontainer: {{image: '{reference}'}}\n").spec()
+    assert spec.image == reference and not spec.writable_root
+
+
+@pytest.mark.parametrize("reference", ["Node 22!", "-x", "a::b", "../x", "a/b:", "x@sha256:1"])
+def test_a_malformed_image_reference_is_refused_before_podman_sees_it(reference):
+    with pytest.raises(ConfigError, match=r"container\.image"):
+        load_config_text(f"name: a\ncontainer: {{image: '{reference}'}}\n")

@@ -91,6 +91,14 @@ class SeedFile(Strict):
         return self
 
 
+# An OCI image reference (the distribution spec's grammar, simplified): an optional registry
+# host[:port], path components of lowercase letters, digits and separators, then a tag or a
+# digest. Anything else could only fail in podman, later and less plainly.
+IMAGE_REFERENCE_RE = re.compile(
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9.-]*[a-zA-Z0-9])?(?::\d{1,5})?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+
+
 class Container(Strict):
     image: str | None = None
     rootfs: str | None = None
@@ -119,6 +127,14 @@ class Container(Strict):
     # read (paths relative to their directory, as `create` lists them).
     mask_credentials: bool = True
     unmask: list[str] = Field(default_factory=list)
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        if v is not None and not IMAGE_REFERENCE_RE.fullmatch(v):
+            raise ValueError("write an image reference as podman names it: NAME[:TAG] or "
+                             "NAME@sha256:DIGEST, e.g. docker.io/library/debian:bookworm-slim")
+        return v
 
     @field_validator("unmask")
     @classmethod
