@@ -94,6 +94,8 @@ CONFIGS = {
     "image": (b"name: a\ncontainer: {image: 'Node 22!'}\ndomains: {mode: allowlist}\n",
               "container.image"),
     "unknown-key": (b"name: a\nbogus: 1\n", "unknown key"),
+    "port-off-loopback": (b"name: a\ncontainer: {ports: ['0.0.0.0:8080:80']}\n",
+                          "loopback only"),
 }
 
 

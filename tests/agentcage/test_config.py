@@ -173,3 +173,22 @@ def test_an_image_reference_podman_takes_is_taken(reference):
 def test_a_malformed_image_reference_is_refused_before_podman_sees_it(reference):
     with pytest.raises(ConfigError, match=r"container\.image"):
         load_config_text(f"name: a\ncontainer: {{image: '{reference}'}}\n")
+
+
+def test_published_ports_are_read_as_podman_writes_them():
+    spec = load_config_text("name: a\ncontainer:\n  ports: ['127.0.0.1:18789:18789', "
+                            "'8080:80/tcp']\n").spec()
+    assert spec.published_ports == (("127.0.0.1", 18789, 18789), ("127.0.0.1", 8080, 80))
+
+
+@pytest.mark.parametrize(("ports", "needle"), [
+    ("['0.0.0.0:8080:80']", "loopback only"),
+    ("['10.0.0.5:8080:80']", "loopback only"),
+    ("['8080']", "HOST_PORT:CAGE_PORT"),
+    ("['8080:80/udp']", "TCP only"),
+    ("['70000:80']", "not a port"),
+    ("['8080:80', '127.0.0.1:8080:81']", "published twice"),
+])
+def test_a_published_port_off_the_loopback_or_malformed_is_refused(ports, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config_text(f"name: a\ncontainer:\n  ports: {ports}\n")

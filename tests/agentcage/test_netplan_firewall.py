@@ -119,8 +119,21 @@ def test_ruleset_extra_ports():
     assert "tcp dport { 80, 443, 8443 }" in render_ruleset(settings(tcp_ports=(443, 80, 8443)))
 
 
+def test_published_ports_let_the_gateway_dial_the_cage_on_those_ports_alone():
+    plain = render_ruleset(settings())
+    published = render_ruleset(settings(published_ports=(("127.0.0.1", 18789, 18789),
+                                                         ("127.0.0.1", 9000, 80)),
+                                        cage_address="10.200.131.2"))
+    rule = ('oifname "cage0" ip daddr 10.200.131.2 tcp dport { 80, 18789 } ct state new '
+            "accept")
+    assert rule in published and "ct state new" not in plain
+    # the only difference: that one rule, in the output chain
+    assert published.replace("\n    " + rule, "") == plain
+
+
 def test_settings_round_trip():
-    s = settings(trusted_networks=("10.200.0.0/16",))
+    s = settings(trusted_networks=("10.200.0.0/16",),
+                 published_ports=(("127.0.0.1", 18789, 18789),), cage_address="10.200.131.2")
     assert GatewaySettings.from_json(s.to_json()) == s
     with pytest.raises(ValueError, match="unknown"):
         GatewaySettings.from_json('{"bogus": 1}')
@@ -130,6 +143,8 @@ def test_settings_round_trip():
 def test_ruleset_loads_in_a_scratch_namespace():
     # a private, unnamed network namespace that vanishes with the process: never the host's
     script = "nft -f -"  # iifname/oifname match by name: the links need not exist
-    r = subprocess.run(["unshare", "--net", "sh", "-c", script], input=render_ruleset(settings()),
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
+    for ruleset in (render_ruleset(settings()), render_ruleset(settings(
+            published_ports=(("127.0.0.1", 18789, 18789),), cage_address="10.200.131.2"))):
+        r = subprocess.run(["unshare", "--net", "sh", "-c", script], input=ruleset,
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr

@@ -187,9 +187,12 @@ def test_options_before_the_command_are_agentcages_never_the_commands(home, net)
         r = agentcage(home, *args)
         assert r.returncode == 1 and "No such option" in r.stderr and hint in r.stderr, args
         assert len(r.stderr.splitlines()) == 1, r.stderr
-    for args in (["logs", "opts", "-s", "egress"], ["shell", "opts", "--as-root"]):
+    for args in (["logs", "opts", "-s", "egress"], ["shell", "opts", "--privileged"]):
         r = agentcage(home, *args)
         assert r.returncode == 1 and "No such option" in r.stderr, (args, r.stderr)
+    # an option of shell's own, refused where it cannot hold: the host's root is no layer
+    r = agentcage(home, "shell", "opts", "--as-root")
+    assert r.returncode == 1 and "--as-root needs a cage with container.image" in r.stderr
     assert not (project / "ran").exists()  # nothing ran
     # after --, everything is the command's, dashes included (the control)
     r = agentcage(home, "exec", "opts", "--", "sh", "-c", "echo -s; touch /workspace/ran")

@@ -176,8 +176,11 @@ class NamespaceBackend:
             unsupported.append("ports.icmp.allow")
         if ports["tcp"]["passthrough"] or doc["domains"]["passthrough"]:
             unsupported.append("passthrough (uninspected TLS)")
-        if container["ports"]:
-            unsupported.append("container.ports")
+        if container["ports"] and rootless.active():
+            # a rootless cage's uplink is a namespace of its own (slirp4netns): a listener
+            # there is not on the host's loopback
+            raise BackendError("container.ports: a rootless cage cannot publish a port on the "
+                               "host's loopback; make this cage as root, or remove ports")
         if not container["read_only"] and not container["image"]:
             unsupported.append("container.read_only: false (without container.image the "
                                "cage's root is the host's own, read-only)")
@@ -333,6 +336,8 @@ class NamespaceBackend:
             grants_path=str(cage.grants),
             control_dir=str(cage.control),
             watcher_path=str(cage.watcher),
+            published_ports=spec.published_ports,
+            cage_address=plan.cage_address,
         )
         # The firewall is loaded into the gateway's namespace while the links are made (it
         # names the cage's interface, which need not exist yet); both are in place before

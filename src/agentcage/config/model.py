@@ -23,7 +23,13 @@ from pydantic import (
 
 from agentcage.config import syntax
 from agentcage.config.spec import CageSpec
-from agentcage.config.syntax import is_named_volume, parse_size, parse_tmpfs, parse_volume
+from agentcage.config.syntax import (
+    is_named_volume,
+    parse_published_port,
+    parse_size,
+    parse_tmpfs,
+    parse_volume,
+)
 from agentcage.domains import DomainPattern, parse_pattern
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.control.settings import PolicyApiSettings
@@ -127,6 +133,17 @@ class Container(Strict):
     # read (paths relative to their directory, as `create` lists them).
     mask_credentials: bool = True
     unmask: list[str] = Field(default_factory=list)
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: list[str]) -> list[str]:
+        seen: set[tuple[str, int]] = set()
+        for spec in v:
+            address, host_port, _ = parse_published_port(spec)
+            if (address, host_port) in seen:
+                raise ValueError(f"{address}:{host_port} is published twice; keep one")
+            seen.add((address, host_port))
+        return v
 
     @field_validator("image")
     @classmethod

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentcage.config.syntax import (
+    PublishedPort,
     TmpfsMount,
     Volume,
     cpus,
     is_named_volume,
+    parse_published_port,
     parse_tmpfs,
     parse_volume,
     uid_gid,
@@ -59,6 +61,7 @@ class CageSpec:
     unmask: tuple[str, ...]  # ...but these (relative paths)
     image: str | None  # an image whose files are the cage's root (backends/layers.py)
     writable_root: bool  # container.read_only false: the workload writes its (image's) root
+    published_ports: tuple[PublishedPort, ...]  # host loopback -> cage (gateway/published.py)
     memory: int | None
     pids: int | None
     cpus: float | None
@@ -128,6 +131,7 @@ class CageSpec:
             unmask=tuple(container.get("unmask", ())),
             image=container.get("image") or None,
             writable_root=not container.get("read_only", True),
+            published_ports=tuple(parse_published_port(p) for p in container.get("ports", ())),
             memory=limits["memory"],
             pids=limits["pids"],
             cpus=cpus(limits["cpu"]),

@@ -43,6 +43,34 @@ def parse_volume(spec: str) -> Volume:
     return parts[0], parts[1], mode
 
 
+# (host address, host port, cage port): a listener on the host's loopback relayed into the cage
+type PublishedPort = tuple[str, int, int]
+_PUBLISHED = re.compile(r"(?:(\d{1,3}(?:\.\d{1,3}){3}):)?(\d{1,5}):(\d{1,5})(?:/tcp)?")
+
+
+def parse_published_port(spec: str) -> PublishedPort:
+    """`[127.0.0.1:]HOST_PORT:CAGE_PORT[/tcp]`, as podman and Docker write a published port,
+    on the host's loopback only (a cage is never reachable from another machine)."""
+    import ipaddress
+
+    found = _PUBLISHED.fullmatch(str(spec).strip())
+    if found is None:
+        raise ValueError(f"{spec!r}: write [127.0.0.1:]HOST_PORT:CAGE_PORT, e.g. "
+                         "127.0.0.1:18789:18789 (TCP only)")
+    address, host_port, cage_port = found.group(1) or "127.0.0.1", *map(int, found.groups()[1:])
+    try:
+        loopback = ipaddress.IPv4Address(address).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(f"{spec!r}: a cage's port is published on the host's loopback only "
+                         "(127.0.0.1), never on an address another machine reaches")
+    for port in (host_port, cage_port):
+        if not 1 <= port <= 65535:
+            raise ValueError(f"{spec!r}: {port} is not a port (1-65535)")
+    return address, host_port, cage_port
+
+
 def is_named_volume(source: str) -> bool:
     """A volume source that names a volume the cage keeps, not a host directory."""
     return _VOLUME_NAME.fullmatch(source) is not None

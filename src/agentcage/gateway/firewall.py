@@ -36,6 +36,11 @@ def render_ruleset(s: GatewaySettings) -> str:
     proxy_ports = _set(s.proxy_ports)
     net, gw = s.cage_network, s.gateway_address
     counters = "\n".join(f"  counter {name} {{}}" for name in COUNTERS)
+    # published ports (published.py): the gateway's relay may open a connection to the cage's
+    # address, on those ports alone; nothing else in here ever dials the cage
+    cage_ports = sorted({cage_port for _, _, cage_port in s.published_ports})
+    published = (f"\n    oifname {cage} ip daddr {s.cage_address} tcp dport {_set(cage_ports)} "
+                 "ct state new accept" if cage_ports and s.cage_address else "")
     return f"""table inet {TABLE}
 delete table inet {TABLE}
 table inet {TABLE} {{
@@ -92,7 +97,7 @@ table inet {TABLE} {{
     meta nfproto ipv6 counter name ipv6 drop
     tcp dport {proxy_ports} fib daddr type local reject with tcp reset
     oif "lo" accept
-    oifname {cage} ct state established,related accept
+    oifname {cage} ct state established,related accept{published}
     counter name output drop
   }}
 }}

@@ -33,6 +33,7 @@ from agentcage.gateway.control.llm import PROVIDERS, LlmDecider, staged_key, upl
 from agentcage.gateway.firewall import TABLE
 from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
+from agentcage.gateway.published import PublishedPorts, PublishError
 from agentcage.gateway.ratelimit import HostRateLimiter
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
@@ -301,6 +302,18 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
                                          settings.dns_port)
     resolver_thread.start()  # its own thread: the proxy's load never delays an answer
     started = time.monotonic()
+    published = None
+    if settings.published_ports:  # listening before the gateway says it is ready
+        published = PublishedPorts(settings.published_ports, settings.cage_address, uplink,
+                                   audit_log.write)
+        try:
+            await published.start()
+        except BaseException as e:
+            await published.close()
+            resolver_thread.stop()
+            if isinstance(e, PublishError):
+                raise SystemExit(f"agentcage-gateway: {e}") from None
+            raise
 
     def ready() -> None:
         info = {"pid": os.getpid(), "serve_seconds": round(time.monotonic() - started, 3),
@@ -353,6 +366,8 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if published is not None:
+            await published.close()
         resolver_thread.stop()
         with contextlib.suppress(FileNotFoundError):
             Path(settings.ready_path).unlink()

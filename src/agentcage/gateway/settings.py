@@ -77,6 +77,10 @@ class GatewaySettings:
     # the gateway alone writes
     watcher: WatcherSettings = field(default_factory=WatcherSettings)
     watcher_path: str = ""
+    # Published ports (published.py): (host address, host port, cage port), each a listener
+    # made in the uplink namespace and relayed to the cage's address
+    published_ports: tuple[tuple[str, int, int], ...] = ()
+    cage_address: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -103,6 +107,9 @@ class GatewaySettings:
                     "inspectors"):
             if key in raw:
                 raw[key] = tuple(raw[key])
+        if "published_ports" in raw:
+            raw["published_ports"] = tuple((str(a), int(h), int(c))
+                                           for a, h, c in raw["published_ports"])
         return cls(**raw)
 
     @classmethod

@@ -1,0 +1,148 @@
+"""Published ports (`container.ports`): a service in a cage reached from the host's loopback,
+through the gateway, audited, and from nowhere else. The host is played by a namespace of the
+fake internet (fakenet.FakeHost) where the CLI runs; the cage's service is Python's own HTTP
+server serving the project."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agentcage.conftest import make_project, needs_root
+from tests.agentcage.hosted import OnHost
+
+PORT = 18789
+SERVICE = f"""\
+name: {{name}}
+lifecycle: service
+container:
+  command: ["python3", "-m", "http.server", "{PORT}", "--bind", "0.0.0.0", "--directory",
+            "/workspace"]
+  ports: ["127.0.0.1:{{host_port}}:{PORT}"]
+domains: {{{{mode: allowlist, allow: []}}}}
+gateway:
+  uplink: host
+"""
+
+
+@pytest.fixture(scope="module")
+def world():
+    needs_root()
+    from fakenet import FakeInternet
+
+    with FakeInternet(catch_all=False) as net:
+        yield net
+
+
+@pytest.fixture(scope="module")
+def host(world):
+    from fakenet import FakeHost
+
+    home = Path(tempfile.mkdtemp(prefix="agentcage-ports-"))
+    os.chmod(home, 0o755)
+    try:
+        with FakeHost(world) as fake_host:
+            cli = OnHost(fake_host, home)
+            yield cli
+            cli.destroy_all()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def create(cli: OnHost, name: str, host_port: int = PORT):
+    project = make_project(cli.home / "work" / name)
+    config = cli.home / f"{name}.yaml"
+    config.write_text(SERVICE.format(name=name, host_port=host_port))
+    return cli("cage", "create", "-c", str(config), "--project", str(project))
+
+
+def fetch(cli: OnHost, url: str) -> tuple[int, str]:
+    """curl on the fake host: (exit status, body)."""
+    r = cli.host.run(["curl", "-sS", "--max-time", "5", url], capture_output=True, text=True,
+                     timeout=30)
+    return r.returncode, r.stdout + r.stderr
+
+
+def wait_served(cli: OnHost, name: str, url: str) -> str:
+    """The body at `url` once the cage's service answers (it starts in the background)."""
+    deadline = time.monotonic() + 20
+    while True:
+        code, body = fetch(cli, url)
+        if code == 0:
+            return body
+        if time.monotonic() > deadline:
+            cage = cli.state / "cages" / name
+            raise AssertionError(f"{url}: {body}\naudit: {audit(cli, name)[-4:]}\n"
+                                 f"workload: {(cage / 'workload.log').read_text()[-800:]}")
+        time.sleep(0.3)
+
+
+def audit(cli: OnHost, name: str) -> list[dict]:
+    path = cli.state / "cages" / name / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_published_port_reaches_the_service_from_the_hosts_loopback_only(host, world):
+    r = create(host, "svc")
+    assert r.returncode == 0, r.stderr
+    try:
+        assert wait_served(host, "svc", f"http://127.0.0.1:{PORT}/README") == "hello\n"
+        records = [rec for rec in audit(host, "svc") if rec["direction"] == "published"]
+        closed = [rec for rec in records if rec["reason"] == "closed"]
+        assert closed and all(rec["decision"] == "allowed" and rec["port"] == PORT
+                              for rec in closed), records
+        assert closed[-1]["cage_port"] == PORT
+        assert closed[-1]["bytes_out"] > len("hello\n")
+        # from another machine of the fake internet, the host's own address: nothing there
+        other = world.add_client()
+        reach = other.run(["curl", "-sS", "--max-time", "3",
+                           f"http://{host.host.address}:{PORT}/README"],
+                          capture_output=True, text=True, timeout=30)
+        assert reach.returncode != 0 and "hello" not in reach.stdout
+        # stopped, the port is gone with the cage
+        assert host("stop", "svc").returncode == 0
+        code, _ = fetch(host, f"http://127.0.0.1:{PORT}/README")
+        assert code == 7  # curl: could not connect
+    finally:
+        host("destroy", "-y", "svc")
+
+
+def test_a_port_the_host_already_uses_refuses_the_start_in_one_line(host):
+    first = create(host, "one")
+    assert first.returncode == 0, first.stderr
+    try:
+        wait_served(host, "one", f"http://127.0.0.1:{PORT}/README")
+        second = create(host, "two")
+        assert second.returncode == 1
+        assert f"cannot publish 127.0.0.1:{PORT} on the host: Address already in use" \
+            in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        # the first cage's service is untouched
+        assert wait_served(host, "one", f"http://127.0.0.1:{PORT}/README") == "hello\n"
+    finally:
+        host("destroy", "-y", "one")
+        host("destroy", "-y", "two")
+
+
+def test_a_connection_the_cage_does_not_answer_is_ended_and_flagged(host):
+    """A host port published to a cage port nothing listens on (the service is elsewhere)."""
+    project = make_project(host.home / "work" / "deaf")
+    config = host.home / "deaf.yaml"
+    config.write_text(SERVICE.format(name="deaf", host_port=PORT + 1).replace(
+        f":{PORT}\"]", f":{PORT + 2}\"]"))
+    r = host("cage", "create", "-c", str(config), "--project", str(project))
+    assert r.returncode == 0, r.stderr
+    try:
+        code, _ = fetch(host, f"http://127.0.0.1:{PORT + 1}/")
+        assert code != 0
+        flagged = [rec for rec in audit(host, "deaf")
+                   if rec["direction"] == "published" and rec["decision"] == "flagged"]
+        assert flagged and "does not answer" in flagged[0]["reason"], flagged
+    finally:
+        host("destroy", "-y", "deaf")
