@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage.backends import images
+from agentcage.backends.sandbox import cage_environment
 from agentcage.errors import BackendError, StateError
 from agentcage.state import CageDir, read_json, write_json
 
@@ -43,11 +44,10 @@ LAYER_DIR = "rootfs"
 RECORD = "image.json"
 MAX_LINKS = 40  # links followed in one path, as the kernel allows
 UNPACK_TIMEOUT = 1800.0
-# The image's environment, but for what the cage itself decides (sandbox.cage_environment).
-CAGE_OWNED_ENV = frozenset({
-    "HOME", "USER", "LOGNAME", "TERM", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
-    "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-    "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS", "AGENTCAGE", "HOSTNAME"})
+# The image's environment, but for what the cage itself decides (sandbox.cage_environment:
+# its home, proxies, CA bundles...), read from there; an image's PATH and LANG are its own.
+CAGE_OWNED_ENV = frozenset(
+    {name for name, _ in cage_environment("", {}, "")} - {"PATH", "LANG"} | {"TERM", "HOSTNAME"})
 _PATH_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
