@@ -181,7 +181,11 @@ def assert_gone(runtime: dict) -> None:
     if not plan:
         return
     suffix = plan["suffix"]
-    leftovers = [n for n in os.listdir("/run/netns") if suffix in n]
+    # the cage's own namespaces by their whole prefix (a bare suffix of 6 hex digits can
+    # also occur in another namespace's name, e.g. a fake internet's fn-<6 hex>-...)
+    from agentcage.backends.netplan import NS_PREFIX
+
+    leftovers = [n for n in os.listdir("/run/netns") if n.startswith(f"{NS_PREFIX}{suffix}-")]
     assert leftovers == [], f"namespaces left behind: {leftovers}"
     mounts = [line for line in Path("/proc/self/mounts").read_text().splitlines()
               if suffix in line]
