@@ -123,7 +123,9 @@ GATES = (
         "--job-summary",
         type=click.Path(path_type=Path, dir_okay=False),
         default=None,
-        help="Append a Markdown job summary to this file (e.g. $GITHUB_STEP_SUMMARY).",
+        callback=lambda ctx, param, value: _job_summary_path(value),
+        help="Append a Markdown job summary to this file (e.g. $GITHUB_STEP_SUMMARY; "
+        "empty, as that variable is outside GitHub: none is written).",
     ),
     click.option(
         "--history",
@@ -149,6 +151,20 @@ LAUNCH = (
         help="The interpreter to start inside the sandbox.",
     ),
 )
+
+
+def _job_summary_path(value: Path | None) -> Path | None:
+    """The job summary file, or None for an empty value: ``--job-summary "$GITHUB_STEP_SUMMARY"``
+    is the documented form, and the variable is unset outside GitHub's runners. An empty path
+    reaches click as ".", which would be refused as a directory."""
+    if value is None or str(value) not in ("", "."):
+        return value
+    click.echo(
+        "agentsec: no job summary written: --job-summary is empty "
+        "($GITHUB_STEP_SUMMARY is set on GitHub's runners only)",
+        err=True,
+    )
+    return None
 
 
 def _plan(label: str, opts: dict[str, Any]) -> service.Plan:

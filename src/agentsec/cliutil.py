@@ -15,8 +15,8 @@ from rich.console import Console
 
 from agentsec.errors import ReportError
 from agentsec.report import TEST_BLAST_RADIUS
-from agentsec.reportfile import load_report, report_kind
-from agentsec.untrusted import clean_report
+from agentsec.reportfile import load_report, other_document, report_kind
+from agentsec.untrusted import clean_report, clean_text
 
 AGENTCAGE_LS_TIMEOUT_S = 3
 
@@ -38,18 +38,25 @@ def emit_json(doc: dict[str, Any]) -> None:
 def load_reports(paths: tuple[Path, ...] | list[Path]) -> list[dict[str, Any]]:
     """Blast-radius reports from files, and from directories (whose other JSON files, such as
     matrix tables, are passed over), each cleaned: a report file may come from anywhere. A named
-    file that is not a report is an error."""
+    file that is not a report is an error, but for agentsec's own other documents, passed over
+    as in a directory: ``reports/*.json`` names the matrix table beside the reports."""
     reports: list[dict[str, Any]] = []
+    passed_over: list[str] = []
     for path in paths:
         if not path.is_dir():
-            reports.append(clean_report(load_report(path)))
+            other = other_document(path)
+            if other is None:
+                reports.append(clean_report(load_report(path)))
+            else:
+                passed_over.append(f"{clean_text(str(path), 200)} is {other}")
             continue
         for member in sorted(path.glob("*.json")):
             # None: not readable as JSON, and load_report says why, in one line
             if report_kind(member) in (None, TEST_BLAST_RADIUS):
                 reports.append(clean_report(load_report(member)))
     if not reports:
-        raise ReportError("no reports found in what was given")
+        why = f" ({'; '.join(passed_over)})" if passed_over else ""
+        raise ReportError(f"no reports found in what was given{why}")
     return reports
 
 

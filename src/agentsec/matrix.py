@@ -15,10 +15,8 @@ from agentsec.errors import AgentsecError
 from agentsec.launchers import availability, describe, load_presets, preset_launch
 from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
-from agentsec.report import SCHEMA_VERSION, write_atomically
+from agentsec.report import SCHEMA_VERSION, TEST_MATRIX, write_atomically
 from agentsec.scoring.rank import rank_key, score_text
-
-TEST_MATRIX = "sandbox-blast-radius-matrix"
 
 
 @dataclass

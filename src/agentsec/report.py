@@ -19,6 +19,9 @@ from agentsec.untrusted import ProbeOutput, clean_text
 
 SCHEMA_VERSION = 1
 TEST_BLAST_RADIUS = "sandbox-blast-radius"
+# The other documents agentsec writes, often into the same reports directory as the reports.
+TEST_MATRIX = "sandbox-blast-radius-matrix"
+TEST_COMBINED = "promptfoo-sandbox-combined"
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 

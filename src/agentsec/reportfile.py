@@ -18,12 +18,19 @@ from typing import Any
 from agentsec import catalogue, schema
 from agentsec.catalogue import SEVERITY_ORDER
 from agentsec.errors import ReportError
+from agentsec.report import TEST_COMBINED, TEST_MATRIX
 from agentsec.scoring.assess import MAX_SCORE
 from agentsec.untrusted import clean_text, json_problem, read_capped
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 # agentsec's own reports nest about a dozen levels (the probe output is cut at 8 inside them).
 MAX_NESTING = 32
+# agentsec's other documents, named when one is given where a report is wanted: they share the
+# reports directory, so a shell glob (reports/*.json) hands them over with the reports.
+OTHER_DOCUMENTS = {
+    TEST_MATRIX: "a matrix table (agentsec matrix)",
+    TEST_COMBINED: "a combined promptfoo report (agentsec combine)",
+}
 
 
 class _NonFinite:
@@ -134,6 +141,10 @@ def check_report(document: Any, source: str) -> dict[str, Any]:
     """``document`` as a report, or ReportError naming ``source`` and the field at fault."""
     if not isinstance(document, dict) or document.get("tool") != "agentsec":
         raise ReportError(f"{source} is not an agentsec report")
+    kind = document.get("test")
+    other = OTHER_DOCUMENTS.get(kind) if isinstance(kind, str) else None
+    if other is not None:
+        raise ReportError(f"{source} is {other}, not a blast-radius report")
     version = document.get("schema_version")
     if not schema.same_value(version, 1):
         raise ReportError(
@@ -152,6 +163,13 @@ def check_report(document: Any, source: str) -> dict[str, Any]:
 def load_report(path: Path) -> dict[str, Any]:
     """A saved report, read and checked whole; ReportError (one line) otherwise."""
     return check_report(read_json(path), clean_text(str(path), 200))
+
+
+def other_document(path: Path) -> str | None:
+    """What ``path`` is when it is one of agentsec's other documents (a matrix table), else
+    None: a report, or a file that loading as a report will say what is wrong with."""
+    kind = report_kind(path)
+    return OTHER_DOCUMENTS.get(kind) if kind is not None else None
 
 
 def report_kind(path: Path) -> str | None:

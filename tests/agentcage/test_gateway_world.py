@@ -178,6 +178,34 @@ echo done
     # (ICMP never even leaves the cage: an unprivileged uid has no ICMP socket there)
 
 
+def test_a_new_cage_never_sends_an_ipv6_packet_not_even_the_kernels_own(net):
+    # A link that comes up before its namespace's IPv6 is off gets a link-local address, and
+    # the kernel sends router and multicast-listener solicitations from it on timers of up to
+    # a second: the gateway drops them, but they are the cage's packets all the same. Both
+    # namespaces' IPv6 is off before their links exist, so there is nothing to send.
+    import subprocess
+
+    from agentcage.backends.netplan import CAGE_IF, NetPlan, in_ns
+
+    def ipv6_sent(ns: str) -> dict[str, int]:
+        text = subprocess.run(in_ns(ns, ["cat", "/proc/net/snmp6"]), capture_output=True,
+                              text=True, timeout=30, check=True).stdout
+        counts = dict(line.split() for line in text.splitlines() if line.strip())
+        return {k: int(counts[k]) for k in ("Ip6OutRequests", "Ip6OutMcastPkts", "Icmp6OutMsgs")}
+
+    for fresh in start_cage(net, "ipv6-quiet", ["allowed.example.test"]):
+        plan = NetPlan.from_dict(fresh.runtime["plan"])
+        time.sleep(2.5)  # past every solicitation timer a link-local address would have armed
+        assert ipv6_sent(plan.cage_ns) == dict.fromkeys(ipv6_sent(plan.cage_ns), 0)
+        assert ipv6_sent(plan.gw_ns) == dict.fromkeys(ipv6_sent(plan.gw_ns), 0)
+        link = subprocess.run(in_ns(plan.cage_ns, ["ip", "-6", "addr", "show", "dev", CAGE_IF]),
+                              capture_output=True, text=True, timeout=30)
+        assert link.returncode == 0 and "inet6" not in link.stdout
+        # the control: the cage is up and reaches an allowed name
+        assert fresh.sh(f"{CURL} -o /dev/null -w '%{{http_code}}' "
+                        "https://allowed.example.test/").stdout == "200"
+
+
 def test_nothing_made_in_the_gateway_namespace_reaches_the_network(cage):
     # second layer: the gateway namespace has no route out. Only sockets the gateway makes in
     # the uplink namespace leave, so a socket opened there by anything else (a library, a

@@ -105,15 +105,9 @@ def test_a_package_install_completes_with_nothing_refused_and_no_retry(world, ca
     assert retried == {}  # npm retries a 429 or a failed request: none was needed
 
     records = audit_since(cli, started)
-    # A dropped IPv6 packet is not a refusal of the install (it goes over IPv4): the kernel's
-    # own link-local IPv6 (neighbour discovery, MLD), sent by a cage link that comes up before
-    # its namespace's IPv6 is disabled, lands in a later packets record now and then. Any
-    # dropped TCP or UDP packet of the cage still counts.
-    def ipv6_only(record: dict) -> bool:
-        return record.get("direction") == "packets" and set(record.get("dropped", {})) == {"ipv6"}
-
-    refused = [x for x in records if (x.get("decision") == "blocked" and not ipv6_only(x))
-               or x.get("status") == 429]
+    # Every dropped packet counts, IPv6 too: a cage's links come up with IPv6 already off, so
+    # not even the kernel's own neighbour discovery leaves it.
+    refused = [x for x in records if x.get("decision") == "blocked" or x.get("status") == 429]
     assert refused == [], json.dumps(refused[:3])
     served = [x for x in records if x.get("direction") == "response"]
     assert len(served) == len(registry.files)

@@ -305,6 +305,11 @@ class NamespaceBackend:
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
         namespaces, *links = netplan.setup_batches(plan)
         host.run_batch(namespaces)
+        # Before any link exists: a link brought up in a namespace whose IPv6 is still on sends
+        # the kernel's own link-local IPv6 (router and multicast listener solicitations) before
+        # the setting lands. `default` is what the veth takes, in each namespace it enters.
+        host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
+        host.write_sysctls(plan.gw_ns, sysctls())
         atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files))
         # The secret values go to the gateway only, through tmpfs; never into the cage.
         from agentcage.secrets import cage as cage_secrets
@@ -347,8 +352,6 @@ class NamespaceBackend:
         try:
             for batch in links:
                 host.run_batch(batch)
-            host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
-            host.write_sysctls(plan.gw_ns, sysctls())
         except BaseException:
             firewall.close()
             raise

@@ -13,9 +13,8 @@ from typing import Any
 
 from agentsec import catalogue
 from agentsec.promptfoo.evalfile import Eval, categories, plugin_map
+from agentsec.report import TEST_COMBINED
 from agentsec.results import document
-
-TEST_COMBINED = "promptfoo-sandbox-combined"
 
 
 def combine(ev: Eval, report: dict[str, Any], deployed_in: str, promptfoo_path: str,
