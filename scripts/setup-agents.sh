@@ -2,7 +2,8 @@
 # The coding agents and peer sandboxes the tests, the demo and agentsec's presets run, installed
 # the way users install them: `npm install -g`, so they sit in the host's /usr (which a cage
 # mounts read-only) and are on PATH for every user (the presets also run as an ordinary user).
-#   Claude Code and Codex CLI: run inside cages (tests/agentcage/test_real_agents.py, the demo)
+#   Claude Code, Codex CLI and pi: run inside cages (tests/agentcage/test_real_agents.py, the
+#   demo)
 #   Anthropic's sandbox-runtime (`srt`, needs socat and ripgrep) and Codex's own sandbox:
 #   measured as agentsec presets (srt-*, codex-*)
 # Pinned versions (a preset measures one version; a new one is a new measurement). Safe to run
@@ -11,8 +12,9 @@
 set -euo pipefail
 
 NPM_PACKAGES=("@anthropic-ai/claude-code@2.1.332" "@openai/codex@0.171.0"
-              "@anthropic-ai/sandbox-runtime@0.0.78")
-APT_PACKAGES=(socat ripgrep)
+              "@anthropic-ai/sandbox-runtime@0.0.78"
+              "@mariozechner/pi-coding-agent@0.73.1")
+APT_PACKAGES=(socat ripgrep fd-find)  # fd-find: the file search pi's find tool runs
 
 log() { printf '[setup-agents] %s\n' "$*" >&2; }
 
@@ -46,6 +48,6 @@ if [ ${#wanted[@]} -gt 0 ]; then
     log "installing ${wanted[*]} (npm install -g)"
     npm install -g --no-fund --no-audit --loglevel=error "${wanted[@]}" >/dev/null
 fi
-for bin in claude codex srt; do
+for bin in claude codex pi srt; do
     command -v "$bin" >/dev/null || { log "$bin is not on PATH after the install"; exit 1; }
 done

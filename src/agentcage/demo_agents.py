@@ -1,7 +1,7 @@
 """A real coding agent in a cage, tried as an attacker would use it: the scenario shared by
 `agentcage demo` and the end-to-end tests.
 
-The agent (Claude Code or Codex CLI, installed on the host) runs in a cage made from its own
+The agent (Claude Code, Codex CLI or pi, installed on the host) runs in a cage made from its own
 scaffold. A fake model provider (fakenet.models) plays its model and, through the agent's own
 shell tool, has it (a) edit a workspace file, then (b) try to send the host-side API key (the
 cage holds only a placeholder) and a key planted in the project out: by curl to a host no
@@ -51,6 +51,10 @@ AGENTS = {
         "codex", "codex", "OPENAI_API_KEY", "api.openai.com",
         ("codex", "exec", "-m", "fake-model", "--skip-git-repo-check",
          "tidy up the workspace")),
+    # pi takes the provider whose key it finds: in its cage, Anthropic's alone
+    "pi": AgentSpec(
+        "pi", "pi", "ANTHROPIC_API_KEY", "api.anthropic.com",
+        ("pi", "-p", "tidy up the workspace")),
 }
 
 

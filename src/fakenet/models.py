@@ -10,13 +10,13 @@ account that has none.
 
 The test writes the session as a list of steps (`FakeInternet.script_model`); the server reads
 it at every request. A step is {"shell": "<command>"} (the model has the agent run a command
-with the agent's own shell tool: `Bash` {command} for Claude Code, `exec_command` {cmd} for
-Codex) or {"say": "<text>"} (a final answer). Which step a request is at is counted from the
-request itself: the number of tool results the agent has sent back so far, so the server keeps
-no state and every request of the session gets the next step. A request without the shell
-tool gets the first text from its step on: a side request (a title), or a conversation at a
-terminal, as Codex's TUI has one with its default model, whose tools are declared elsewhere in
-the request. Past the last step: the last text.
+with the agent's own shell tool: `Bash` {command} for Claude Code, `bash` {command} for pi,
+`exec_command` {cmd} for Codex) or {"say": "<text>"} (a final answer). Which step a request is
+at is counted from the request itself: the number of tool results the agent has sent back so
+far, so the server keeps no state and every request of the session gets the next step. A
+request without the shell tool gets the first text from its step on: a side request (a title),
+or a conversation at a terminal, as Codex's TUI has one with its default model, whose tools are
+declared elsewhere in the request. Past the last step: the last text.
 
 Everything the agents send is recorded like any other request (records.http), so a test can
 check which key reached the provider and which bytes did not.
@@ -33,7 +33,9 @@ from fakenet.httpparse import HttpRequest
 
 ANTHROPIC_PATH = "/v1/messages"
 OPENAI_PATH = "/v1/responses"
-ANTHROPIC_SHELL = "Bash"
+# The Messages API's shell tools, by the name each agent declares: Claude Code's, pi's. The call
+# names the one the request declared.
+ANTHROPIC_SHELLS = ("Bash", "bash")
 OPENAI_SHELL = "exec_command"
 HELLO_PATHS = ("/api/hello", "/v1/oauth/hello")  # 200: "the service answers"
 NONE_PATHS = ("/api/claude_code/settings", "/api/claude_code/policy_limits")  # 404: none
@@ -123,11 +125,13 @@ def respond(request: HttpRequest, script_file: str | None) -> bytes:
     steps = _read_script(script_file)
     if request.target.split("?", 1)[0] == ANTHROPIC_PATH:
         done = _anthropic_results(body)
-        step = _step(steps, done, _has_tool(body, ANTHROPIC_SHELL))
+        shell = next((name for name in ANTHROPIC_SHELLS if _has_tool(body, name)), None)
+        step = _step(steps, done, shell is not None)
         if body.get("stream"):
-            return _http(200, "text/event-stream", _sse(_anthropic_events(step, done)))
-        return _http(200, "application/json",
-                     json.dumps(_anthropic_message(step, done)).encode())
+            return _http(200, "text/event-stream",
+                         _sse(_anthropic_events(step, done, shell or ANTHROPIC_SHELLS[0])))
+        return _http(200, "application/json", json.dumps(
+            _anthropic_message(step, done, shell or ANTHROPIC_SHELLS[0])).encode())
     done = _openai_results(body)
     step = _step(steps, done, _has_tool(body, OPENAI_SHELL))
     return _http(200, "text/event-stream", _sse(_openai_events(step, done)))
@@ -177,26 +181,26 @@ def _openai_results(body: dict[str, Any]) -> int:
 
 # Ids are numbered by step: an agent keeps the calls of a session apart by them.
 
-def _anthropic_block(step: dict[str, str], index: int) -> dict[str, Any]:
+def _anthropic_block(step: dict[str, str], index: int, shell: str) -> dict[str, Any]:
     if "shell" in step:
-        return {"type": "tool_use", "id": f"toolu_fake{index:04d}", "name": ANTHROPIC_SHELL,
+        return {"type": "tool_use", "id": f"toolu_fake{index:04d}", "name": shell,
                 "input": {"command": step["shell"]}}
     return {"type": "text", "text": step.get("say", "")}
 
 
-def _anthropic_message(step: dict[str, str], index: int) -> dict[str, Any]:
-    block = _anthropic_block(step, index)
+def _anthropic_message(step: dict[str, str], index: int, shell: str) -> dict[str, Any]:
+    block = _anthropic_block(step, index, shell)
     return {"id": f"msg_fake{index:04d}", "type": "message", "role": "assistant",
             "model": "fake-model",
             "content": [block], "stop_reason": "tool_use" if "shell" in step else "end_turn",
             "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 10}}
 
 
-def _anthropic_events(step: dict[str, str],
-                      index: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    message = {**_anthropic_message(step, index), "content": [], "stop_reason": None}
+def _anthropic_events(step: dict[str, str], index: int,
+                      shell: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    message = {**_anthropic_message(step, index, shell), "content": [], "stop_reason": None}
     yield "message_start", {"type": "message_start", "message": message}
-    block = _anthropic_block(step, index)
+    block = _anthropic_block(step, index, shell)
     if block["type"] == "tool_use":
         start = {**block, "input": {}}
         delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}

@@ -107,7 +107,7 @@ def test_every_error_is_reported():
     assert len(str(info.value).splitlines()) == 3
 
 
-@pytest.mark.parametrize("scaffold", ["claude-code", "codex", "minimal"])
+@pytest.mark.parametrize("scaffold", ["claude-code", "codex", "minimal", "pi"])
 def test_scaffolds_are_valid_and_commented(scaffold):
     assert scaffold in scaffold_names()
     text = scaffold_text(scaffold, "my-cage")

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from agentcage.demo_agents import AGENTS
+
 pytestmark = pytest.mark.netns
 
 
@@ -30,7 +32,7 @@ def test_demo_shows_each_guarantee_and_leaves_nothing(tmp_path):
     assert report["label"] == "demo-cage" and 0 <= report["summary"]["score"] <= 100
     assert report["summary"]["axes"]["network"]["state"] in ("sealed", "refused")
     # the real agents, each in its scaffold's cage: they ran, and nothing got out
-    for agent in ("claude-code", "codex"):
+    for agent in sorted(AGENTS):
         line = next(x for x in out.splitlines() if x.startswith(f"{agent}: exit"))
         assert "edit made: yes" in line and "with the real key: yes" in line, line
         assert line.endswith("; contained"), line
@@ -44,7 +46,7 @@ def test_demo_shows_each_guarantee_and_leaves_nothing(tmp_path):
     prefix = out.split("the fake internet's namespaces: ", 1)[1].split("*", 1)[0]
     built = set(re.findall(r"namespaces (agc-[0-9a-f]+-gw) \(gateway\) and (agc-[0-9a-f]+-cg)",
                            out))
-    assert len(built) == 3  # the demo's own cage and one per real agent
+    assert len(built) == 1 + len(AGENTS)  # the demo's own cage and one per real agent
     after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     assert [n for n in after if n.startswith(prefix)] == []
     assert not after & {n for pair in built for n in pair}

@@ -1,14 +1,14 @@
 """A developer at a keyboard: `agentcage run claude-code -s ANTHROPIC_API_KEY` (and `run codex
--s OPENAI_API_KEY`) at a terminal, as the README has it, driven through tmux on a host played
-by a namespace, with the real agent CLIs installed from npm and the fake internet's model
-server as their provider.
+-s OPENAI_API_KEY`, `run pi -s ANTHROPIC_API_KEY`) at a terminal, as the README has it, driven
+through tmux on a host played by a namespace, with the real agent CLIs installed from npm and
+the fake internet's model server as their provider.
 
 What a person meets, and what is asserted on the screen: a hidden prompt for the key (typed,
 never echoed, never on any command line), then the agent's own input prompt with no first-run
 dialog (theme, "use this API key?", security notes, trust of the folder), a request typed
 there and the model's answer shown; the provider got the real key, the cage only its
 placeholder; the next run asks nothing and shows no dialog; `claude --resume` finds the first
-session.
+session, `pi --continue` the last one.
 """
 
 from __future__ import annotations
@@ -38,9 +38,12 @@ DIALOGS = {
                     "Quick safety check", "trust this folder", "Select login method"),
     "codex": ("Do you trust", "trust the files", "Failed to set trust", "Sign in with ChatGPT",
               "failed to persist config"),
+    "pi": ("No models available", "/login", "Error:", "Connection error"),
 }
-# The agent's own input prompt: Claude Code's empty `❯` line, Codex's composer hint.
-READY = {"claude-code": r"^❯\s*$", "codex": r"Ask Codex to do anything"}
+# The agent's own input prompt: Claude Code's empty `❯` line, Codex's composer hint, pi's
+# header of keys (its editor has no prompt of its own).
+READY = {"claude-code": r"^❯\s*$", "codex": r"Ask Codex to do anything",
+         "pi": r"ctrl\+c/ctrl\+d clear/exit"}
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +212,35 @@ def test_codex_at_a_terminal_asks_once_and_remembers(on_host, world, terminal):
         assert dialog not in shown, dialog
     again.keys("C-c")
     assert again.exit_code() == 0
+
+
+@pytest.mark.netns
+def test_pi_at_a_terminal_asks_once_and_continues_its_session(on_host, world, terminal):
+    assert installed(AGENTS["pi"]), "pi is not installed: run scripts/setup.sh"
+    project = make_project(on_host.home / "work" / "pi")
+    screen = terminal.run(project, "pi", "-s", "ANTHROPIC_API_KEY")
+    _first_session("pi", screen, on_host, world, project)
+    answer = screen.wait_for(r"the answer is \w+").group(0)
+    screen.keys("C-d")  # how a person leaves pi, at an empty editor
+    assert screen.exit_code() == 0
+    # pi's session is in the kept home, for --continue
+    name = project_cage_name("pi", project)
+    sessions = on_host.state / "cages" / name / "volumes" / "home" / ".pi" / "agent" / "sessions"
+    assert any(answer in p.read_text() for p in sessions.rglob("*.jsonl")), answer
+
+    again = terminal.run(project, "pi", "-s", "ANTHROPIC_API_KEY")
+    again.wait_for(READY["pi"])
+    shown = again.text()
+    assert "(hidden" not in shown and "stored for" not in shown
+    for dialog in DIALOGS["pi"]:
+        assert dialog not in shown, dialog
+    again.keys("C-d")
+    assert again.exit_code() == 0
+
+    continued = terminal.run(project, "pi", "--", "pi", "--continue")
+    continued.wait_for(answer)  # the first session, with what was said in it
+    continued.keys("C-d")
+    assert continued.exit_code() == 0
 
 
 @pytest.mark.netns

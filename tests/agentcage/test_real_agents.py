@@ -159,7 +159,7 @@ def test_the_judge_sees_a_leak_mock_records():
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("scaffold", ["minimal", "claude-code", "codex"])
+@pytest.mark.parametrize("scaffold", ["minimal", "claude-code", "codex", "pi"])
 def test_verify_scores_a_started_scaffold_cage_at_most_8(on_host, world, scaffold):
     # the workspace bind (FS-003, medium: 8) is the only finding with points: the cage's own
     # init holds only the cage's environment, its limits are visible, nothing leaves
