@@ -1,14 +1,14 @@
 """Every output format agentsec writes, as one enum, and one pure function from results to text.
 
-``render`` matches every member, so adding a format without a renderer fails the type check and
-the test that renders every member; the CLI only decides where the text goes.
+Every member has its renderer in ``_RENDERERS`` (checked when the module loads, and by the test
+that renders every member); the CLI only decides where the text goes.
 """
 
 from __future__ import annotations
 
 import json
-from enum import StrEnum
-from typing import assert_never
+from collections.abc import Callable
+from enum import Enum
 
 from agentsec.render.chart import render_chart_markdown, render_chart_svg
 from agentsec.render.html import render_html
@@ -19,7 +19,7 @@ from agentsec.render.summary import render_summary
 from agentsec.results import Results, document
 
 
-class Format(StrEnum):
+class Format(str, Enum):  # StrEnum is Python 3.11's: agentsec runs on 3.9
     JSON = "json"
     MARKDOWN = "markdown"
     HTML = "html"
@@ -29,31 +29,33 @@ class Format(StrEnum):
     CHART_SVG = "chart-svg"
     CHART_MD = "chart-md"
 
+    def __str__(self) -> str:
+        return self.value
+
+
+def _json(results: Results) -> str:
+    doc = document(
+        "results",
+        reports=list(results.reports),
+        gates=[gate.as_dict() for gate in results.gates],
+        failed=results.failed,
+    )
+    return json.dumps(doc, indent=2) + "\n"
+
+
+_RENDERERS: dict[Format, Callable[[Results], str]] = {
+    Format.JSON: _json,
+    Format.MARKDOWN: lambda r: "\n".join(render_markdown(report) for report in r.reports),
+    Format.HTML: lambda r: render_html(list(r.reports)),
+    Format.SARIF: render_sarif,
+    Format.JUNIT: render_junit,
+    Format.SUMMARY: render_summary,
+    Format.CHART_SVG: lambda r: render_chart_svg(list(r.reports)),
+    Format.CHART_MD: lambda r: render_chart_markdown(list(r.reports)),
+}
+if set(_RENDERERS) != set(Format):  # a format added without its renderer fails at import
+    raise ImportError(f"formats without a renderer: {sorted(set(Format) - set(_RENDERERS))}")
+
 
 def render(fmt: Format, results: Results) -> str:
-    reports = list(results.reports)
-    match fmt:
-        case Format.JSON:
-            doc = document(
-                "results",
-                reports=reports,
-                gates=[gate.as_dict() for gate in results.gates],
-                failed=results.failed,
-            )
-            return json.dumps(doc, indent=2) + "\n"
-        case Format.MARKDOWN:
-            return "\n".join(render_markdown(report) for report in reports)
-        case Format.HTML:
-            return render_html(reports)
-        case Format.SARIF:
-            return render_sarif(results)
-        case Format.JUNIT:
-            return render_junit(results)
-        case Format.SUMMARY:
-            return render_summary(results)
-        case Format.CHART_SVG:
-            return render_chart_svg(reports)
-        case Format.CHART_MD:
-            return render_chart_markdown(reports)
-        case _:
-            assert_never(fmt)
+    return _RENDERERS[fmt](results)

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,7 @@ class History:
                 (
                     report["label"],
                     report["generated_at"],
-                    datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     summary["score"],
                     summary["raw_score"],
                     int(bool(summary.get("score_is_lower_bound"))),

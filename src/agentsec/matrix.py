@@ -6,7 +6,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ class MatrixResult:
             "tool": "agentsec",
             "test": TEST_MATRIX,
             "schema_version": SCHEMA_VERSION,
-            "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "image": self.image,
             "rows": self.rows,
             "skipped": self.skipped,

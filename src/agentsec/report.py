@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ def build_report(
     redacted: bool,
     generated_at: datetime | None = None,
 ) -> dict[str, Any]:
-    generated = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    generated = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "tool": "agentsec",
         "tool_version": __version__,
@@ -155,7 +155,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 def _output_error(path: Path, exc: OSError) -> OutputError:
     where = clean_text(str(path), 200)
-    if isinstance(exc, FileExistsError | NotADirectoryError):
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
         return OutputError(f"cannot write {where}: a file stands where a directory is needed")
     return OutputError(f"cannot write {where}: {exc.strerror or exc}")
 

@@ -75,7 +75,7 @@ def _is_type(value: Any, name: str) -> bool:
     if name == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
     if name == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
     if name == "string":
         return isinstance(value, str)
     if name == "boolean":

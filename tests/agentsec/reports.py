@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,17 @@ def agentsec(*args: str, cwd: Path | None = None, env: dict[str, str] | None = N
     return subprocess.run([AGENTSEC, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env, input=stdin,
                           stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def complete(binary: str, words: str, env: dict[str, str] | None = None) -> list[str]:
+    """What click's bash completion of `binary` offers for `words` (a shell's COMP_WORDS)."""
+    var = f"_{Path(binary).name.upper()}_COMPLETE"
+    cword = len(words.split()) - (0 if words.endswith(" ") else 1)
+    proc = subprocess.run(
+        [binary],
+        env={**os.environ, **(env or {}), var: "bash_complete", "COMP_WORDS": words,
+             "COMP_CWORD": str(cword)},
+        capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return [line.split(",", 1)[1] for line in proc.stdout.splitlines() if "," in line]

@@ -28,7 +28,7 @@ def _lines(runs: list[Run], regressions: dict[int, tuple[str, ...]], width: int)
     for run in runs:
         cells = [Cell(run.generated_at, 20), Cell(f"{run.score}{'+' if run.lower_bound else ' '}",
                                                      6, "bold", right=True)]
-        for axis_id, code in zip(axis_ids, codes, strict=True):
+        for axis_id, code in zip(axis_ids, codes):
             state = run.axes.get(axis_id, "not_measured")
             symbol = STATE_LABELS.get(state, STATE_LABELS["not_measured"])[0]
             cells.append(Cell(symbol, len(code), STATE_STYLES.get(state, "magenta")))

@@ -59,7 +59,7 @@ def legend(
     """What the symbols mean, in three lines a reader can find each symbol in."""
     states = "  ".join(f"{sym} {words}" for sym, words in STATE_LABELS.values())
     levels = " ".join(f"{letter}={name}" for name, letter in SEVERITY_LETTERS.items())
-    axes = " ".join(f"{code}={title.lower()}" for code, title in zip(codes, titles, strict=True))
+    axes = " ".join(f"{code}={title.lower()}" for code, title in zip(codes, titles))
     marks = f"{PARTLY} partly not measured;  score{LOWER_BOUND} a lower bound"
     parts = [
         f"legend: {states}",
@@ -90,7 +90,7 @@ def _scores(reports: list[dict[str, Any]], title: str | None, detailed: bool, wi
         if detailed:
             cells.append(Cell(str(summary["raw_score"]), 4, right=True))
         by_id = summary["axes"]
-        for axis_id, code in zip(reports[0]["summary"]["axes"], codes, strict=True):
+        for axis_id, code in zip(reports[0]["summary"]["axes"], codes):
             symbol, style = axis_symbol(by_id.get(axis_id, {"state": "not_measured"}))
             cells.append(Cell(symbol, len(code), style=style))
         lines.append(record(cells, report["label"]))

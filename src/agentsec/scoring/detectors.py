@@ -75,7 +75,7 @@ class Facts:
         return [item for item in value if isinstance(item, dict)]
 
 
-Detector = Callable[[Facts], Hit | None]
+Detector = Callable[[Facts], "Hit | None"]  # a string: `X | None` is 3.10's at run time
 
 
 @dataclass(frozen=True)
