@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OLDER=(3.9 3.11)
-TEST_TOOLS=("pytest>=8" "pytest-timeout>=2.3" "jsonschema>=4.20")
+TEST_TOOLS=("pytest>=8" "pytest-timeout>=2.3" "jsonschema>=4.20" "pyyaml>=6")  # the tests' own
 
 log() { printf '[setup-pythons] %s\n' "$*" >&2; }
 quiet_pip() { "$@" 2>&1 | grep -v '^WARNING: Location' || true; }
