@@ -6,7 +6,7 @@ import click
 
 
 def register(group: click.Group) -> None:
-    from agentsec.commands import chart, combine, history, ui
+    from agentsec.commands import chart, combine, history, integrity, ui
 
-    for module in (chart, combine, history, ui):
+    for module in (chart, combine, history, integrity, ui):
         group.add_command(module.command)

@@ -1,0 +1,65 @@
+"""``agentsec integrity diff``: did a change make the tests pass by weakening them?
+
+Thin: open the two trees, run the checks (``agentsec.integrity.checks``), format, and choose
+the exit code: 0 measured, 1 an error (one line), 2 ``--max-score`` exceeded. Reports are
+written before the gate is applied.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from agentsec.cliutil import GateFailed, console, emit_json
+from agentsec.render.lines import Lines
+from agentsec.report import report_filename, write_atomically
+
+
+@click.group("integrity")
+def command() -> None:
+    """Verifier integrity: whether a change made the tests pass without doing the work."""
+
+
+def _default_label(before: str, after: str, repo: Path | None) -> str:
+    if repo is not None:
+        return f"{before}..{after}"
+    return f"{Path(before).name or 'before'}..{Path(after).name or 'after'}"
+
+
+@command.command("diff")
+@click.argument("before")
+@click.argument("after")
+@click.option("--repo", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="A git repository: BEFORE and AFTER are refs in it (read, never checked out).")
+@click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Also write integrity_<label>.json and .md to this directory.")
+@click.option("--label", default=None, help="Name of this check; names the reports.")
+@click.option("--max-score", type=click.IntRange(0, 100), default=None,
+              help="Exit 2 when the score is above this budget (after writing the reports).")
+def diff(before: str, after: str, repo: Path | None, as_json: bool, out_dir: Path | None,
+         label: str | None, max_score: int | None) -> None:
+    """Compare the tree BEFORE an agent's run with the tree AFTER it (two directories, or two
+    refs with --repo) and report every way the change passes the tests without the work."""
+    # Imported here: every agentsec command loads this module, and only this one needs these.
+    from agentsec.integrity import checks, report, tree
+
+    label = label or _default_label(before, after, repo)
+    stem = report_filename(f"integrity_{label}")  # refuses a label with nothing usable first
+    outcome = checks.run(tree.open_trees(before, after, repo))
+    doc = report.document(outcome, label)
+    out = console(stderr=as_json)
+    if out_dir is not None:
+        json_path, md_path = out_dir / f"{stem}.json", out_dir / f"{stem}.md"
+        write_atomically(json_path, json.dumps(doc, indent=2) + "\n")
+        write_atomically(md_path, report.markdown(doc))
+        out.print(f"reports: {json_path}  {md_path}", markup=False)
+    if as_json:
+        emit_json(doc)
+    else:
+        out.print(Lines(lambda width: report.terminal_lines(doc, width)))
+    if max_score is not None and outcome.score > max_score:
+        raise GateFailed(f"verifier integrity score {outcome.score} is above --max-score "
+                         f"{max_score}")

@@ -1,0 +1,597 @@
+"""Python test files, conftests and source files, read with ``ast`` (never imported or run).
+
+What is found, per file:
+- tests: module-level ``test*`` functions and ``test*`` methods of ``Test*`` classes or
+  ``*TestCase`` subclasses, each with its assertions (``assert``, ``self.assert*``, any
+  ``*.assert*()`` or ``assert_*()`` call, ``pytest.raises``/``warns``), each graded by
+  strength, its skips (markers and decorators, from its class too; ``pytest.skip()``,
+  ``self.skipTest()`` and the like in its body), and how many cases ``parametrize`` gives it
+  when the values are a literal list;
+- module skips (``pytestmark`` skip/xfail, a module-level ``pytest.skip``: each test of the
+  file carries them), patches of code
+  (``monkeypatch.setattr``, ``mock.patch``, ``patch.object``, ``mocker.patch``, ``setattr``),
+  early exits, and in a conftest the collection hooks and ``collect_ignore``;
+- in source files: each function, and whether its body is a stub.
+
+Not seen: assertions in helper functions a test calls (they count for the helper, which is not
+a test), tests generated at run time (``pytest_generate_tests``, ``load_tests``), and markers
+applied through ``pytest.param(..., marks=...)``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+
+from agentsec.integrity.model import (
+    STRONG,
+    TRIVIAL,
+    WEAK,
+    Assertion,
+    FileAnalysis,
+    FunctionBody,
+    Marker,
+    TestCase,
+    quote,
+)
+
+MAX_NESTING_NOTE = "nested too deeply to parse"
+_SKIP_DECORATORS = ("mark.skip", "mark.skipif", "mark.xfail", "skip", "skipIf", "skipUnless",
+                    "expectedFailure")
+_SKIP_CALLS = ("pytest.skip", "pytest.xfail", "pytest.importorskip", "skipTest", "skip.Exception")
+_SKIP_RAISES = ("SkipTest", "unittest.SkipTest", "pytest.skip.Exception")
+_EXIT_CALLS = ("sys.exit", "exit", "quit", "os._exit", "_exit")
+_HOOKS = frozenset({
+    "pytest_collection_modifyitems", "pytest_ignore_collect", "pytest_collect_file",
+    "pytest_pycollect_makeitem", "pytest_runtest_setup", "pytest_runtest_call",
+    "pytest_runtest_makereport", "pytest_runtest_protocol", "pytest_collection",
+})
+_COLLECT_IGNORE = frozenset({"collect_ignore", "collect_ignore_glob"})
+# unittest's methods that only check truthiness or existence.
+_WEAK_METHODS = frozenset({"assertTrue", "assert_", "failUnless", "assertFalse", "failIf",
+                           "assertIsNotNone", "assert_called", "assertNotEqual"})
+_EQUAL_METHODS = frozenset({"assertEqual", "assertEquals", "assertDictEqual", "assertListEqual",
+                            "assertTupleEqual", "assertSetEqual", "assertSequenceEqual",
+                            "assertMultiLineEqual", "assertAlmostEqual", "assertIs"})
+_RAISES = ("pytest.raises", "pytest.warns", "assertRaises", "assertRaisesRegex", "assertWarns")
+_BROAD_EXCEPTIONS = frozenset({"Exception", "BaseException"})
+_PATCH_OBJECT = ("patch.object", "patch.multiple")
+_MOCK_RECEIVERS = frozenset({"", "mock", "mocker", "unittest.mock"})
+
+
+def dotted(node: ast.AST) -> str:
+    """``a.b.c`` for a name or an attribute chain; '' for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _ends(name: str, suffixes: tuple[str, ...]) -> bool:
+    return any(name == s or name.endswith("." + s) for s in suffixes)
+
+
+class _Source:
+    """Source text by node position: the code as written, whitespace collapsed. Reading the
+    segment is ten times cheaper than ``ast.unparse``, and both sides of a change are read the
+    same way, so they compare alike. Column offsets are UTF-8 byte offsets."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.split("\n")
+
+    def segment(self, node: ast.AST) -> str:
+        first, last = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        start, end = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if first is None or last is None or start is None or end is None:
+            return _unparse(node)
+        lines = self.lines[first - 1: last]
+        if not lines:
+            return _unparse(node)
+        if not all(line.isascii() for line in lines):
+            raw = [line.encode("utf-8", "surrogatepass") for line in lines]
+            raw[-1] = raw[-1][:end]
+            raw[0] = raw[0][start:]
+            lines = [part.decode("utf-8", "replace") for part in raw]
+        else:
+            lines[-1] = lines[-1][:end]
+            lines[0] = lines[0][start:]
+        return " ".join(" ".join(lines).split())
+
+
+def _unparse(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except (ValueError, RecursionError):
+        return "<unprintable>"
+
+
+_READS = (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Starred, ast.Lambda,
+          ast.NamedExpr, ast.Await, ast.comprehension)
+
+
+def _is_constant(node: ast.AST) -> bool:
+    """True when the expression reads nothing: no name, call, attribute or subscript."""
+    return not any(isinstance(n, _READS) for n in ast.walk(node))
+
+
+def _literal(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and node.value is None:
+        return False  # `x == None` is an existence check, not an expected value
+    if not _is_constant(node):
+        return False
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def _expected(src: _Source, a: ast.AST, b: ast.AST) -> tuple[str | None, str | None]:
+    """(subject, expected) when exactly one side of an equality is a literal."""
+    if _literal(b) and not _literal(a):
+        return quote(src.segment(a), 120), quote(src.segment(b), 120)
+    if _literal(a) and not _literal(b):
+        return quote(src.segment(b), 120), quote(src.segment(a), 120)
+    return None, None
+
+
+def _expr_strength(src: _Source, node: ast.AST) -> int:
+    if _is_constant(node):
+        return TRIVIAL
+    if isinstance(node, ast.BoolOp):
+        parts = [_expr_strength(src, v) for v in node.values]
+        return min(parts) if isinstance(node.op, ast.Or) else max(parts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return min(_expr_strength(src, node.operand), WEAK)
+    if isinstance(node, ast.Compare):
+        if len(node.ops) == 1 and src.segment(node.left) == src.segment(node.comparators[0]):
+            return TRIVIAL
+        right = node.comparators[-1]
+        if (isinstance(node.ops[-1], (ast.IsNot, ast.NotEq)) and isinstance(right, ast.Constant)
+                and right.value is None):
+            return WEAK
+        return STRONG
+    if isinstance(node, ast.Call) and dotted(node.func) == "isinstance":
+        return STRONG
+    return WEAK
+
+
+def _assert_statement(src: _Source, node: ast.Assert) -> Assertion:
+    subject = expected = None
+    test = node.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+        subject, expected = _expected(src, test.left, test.comparators[0])
+    return Assertion(node.lineno, quote("assert " + src.segment(test)),
+                     _expr_strength(src, test), subject, expected)
+
+
+def _raises_strength(call: ast.Call) -> int:
+    if not call.args:
+        return WEAK
+    first = call.args[0]
+    names = [dotted(e) for e in first.elts] if isinstance(first, ast.Tuple) else [dotted(first)]
+    return WEAK if any(n in _BROAD_EXCEPTIONS for n in names) else STRONG
+
+
+def _method_assertion(src: _Source, call: ast.Call, name: str) -> Assertion:
+    method = name.rsplit(".", 1)[-1]
+    text = quote(src.segment(call))
+    args = call.args
+    subject = expected = None
+    if _ends(name, _RAISES):
+        strength = _raises_strength(call)
+    elif method in ("assertTrue", "assert_", "failUnless") and args:
+        strength = _expr_strength(src, args[0])
+    elif method in _WEAK_METHODS:
+        strength = TRIVIAL if args and _is_constant(args[0]) else WEAK
+    elif len(args) >= 2 and (src.segment(args[0]) == src.segment(args[1])
+                             or (_is_constant(args[0]) and _is_constant(args[1]))):
+        strength = TRIVIAL
+    else:
+        strength = STRONG
+    if method in _EQUAL_METHODS and len(args) >= 2:
+        subject, expected = _expected(src, args[0], args[1])
+    return Assertion(call.lineno, text, strength, subject, expected)
+
+
+def _call_assertion(src: _Source, call: ast.Call) -> Assertion | None:
+    name = dotted(call.func)
+    if not name:
+        return None
+    last = name.rsplit(".", 1)[-1]
+    if _ends(name, _RAISES) or (isinstance(call.func, ast.Attribute) and last.startswith("assert")):
+        return _method_assertion(src, call, name)
+    if isinstance(call.func, ast.Name) and last.startswith("assert_"):
+        return Assertion(call.lineno, quote(src.segment(call)), STRONG)
+    return None
+
+
+def _is_skip_decorator(node: ast.expr) -> bool:
+    target = node.func if isinstance(node, ast.Call) else node
+    return _ends(dotted(target), _SKIP_DECORATORS)
+
+
+def _skip_marker(node: ast.AST, text: str) -> Marker:
+    return Marker(getattr(node, "lineno", 0), "skip:" + text, quote(text))
+
+
+def _body_skip(node: ast.AST) -> Marker | None:
+    """A skip written in a test's body: pytest.skip(), self.skipTest(), raise SkipTest."""
+    if isinstance(node, ast.Call) and _ends(dotted(node.func), _SKIP_CALLS):
+        return _skip_marker(node, _unparse(node))
+    if isinstance(node, ast.Raise) and node.exc is not None:
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        if _ends(dotted(exc), _SKIP_RAISES):
+            return _skip_marker(node, _unparse(node))
+    return None
+
+
+def _parametrize_cases(decorators: list[ast.expr]) -> int:
+    cases = 1
+    for dec in decorators:
+        if (isinstance(dec, ast.Call) and dotted(dec.func).endswith("mark.parametrize")
+                and len(dec.args) >= 2 and isinstance(dec.args[1], (ast.List, ast.Tuple))):
+            cases *= max(len(dec.args[1].elts), 1)
+    return cases
+
+
+def _body_key(src: _Source, func: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """Equal for two functions whose bodies are the same code, whatever their names."""
+    first, last = func.body[0].lineno, func.end_lineno or func.body[-1].lineno
+    body = " ".join(" ".join(src.lines[first - 1: last]).split())
+    return hashlib.blake2b(body.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+class _Test:
+    """A test being read: what the walk finds in its body."""
+
+    def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str,
+                 inherited: tuple[Marker, ...]) -> None:
+        self.func, self.qualname = func, qualname
+        self.assertions: list[Assertion] = []
+        self.skips: list[Marker] = [*inherited]
+        self.skips += [_skip_marker(d, "@" + _unparse(d)) for d in func.decorator_list
+                       if _is_skip_decorator(d)]
+
+    def case(self, path: str, src: _Source) -> TestCase:
+        return TestCase(path=path, name=self.qualname, line=self.func.lineno,
+                        assertions=tuple(sorted(self.assertions, key=lambda a: a.line)),
+                        skips=tuple(self.skips), body_key=_body_key(src, self.func),
+                        cases=_parametrize_cases(self.func.decorator_list))
+
+
+def _is_test_class(node: ast.ClassDef) -> bool:
+    return node.name.startswith("Test") or any(
+        dotted(base).endswith("TestCase") for base in node.bases
+    )
+
+
+def _class_skips(node: ast.ClassDef) -> list[Marker]:
+    found = [_skip_marker(d, "@" + _unparse(d)) for d in node.decorator_list
+             if _is_skip_decorator(d)]
+    for statement in node.body:
+        if isinstance(statement, ast.Assign) and any(
+            dotted(t) == "pytestmark" for t in statement.targets
+        ):
+            found += _mark_skips(statement.value)
+    return found
+
+
+def _mark_skips(value: ast.expr) -> list[Marker]:
+    items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+    return [_skip_marker(i, "pytestmark = " + _unparse(i)) for i in items if _is_skip_decorator(i)]
+
+
+def _tests_in(body: list[ast.stmt], prefix: str = "",
+              inherited: tuple[Marker, ...] = ()) -> list[_Test]:
+    found: list[_Test] = []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith(
+            "test"
+        ):
+            found.append(_Test(node, prefix + node.name, inherited))
+        elif isinstance(node, ast.ClassDef) and _is_test_class(node):
+            skips = (*inherited, *_class_skips(node))
+            found += _tests_in(node.body, f"{prefix}{node.name}.", skips)
+    return found
+
+
+def _module_skips(tree: ast.Module) -> list[Marker]:
+    found: list[Marker] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Assign) and any(dotted(t) == "pytestmark" for t in node.targets):
+            found += _mark_skips(node.value)
+        else:
+            found += [m for n in ast.walk(node) if (m := _body_skip(n)) is not None]
+    return found
+
+
+def _import_roots(node: ast.Import | ast.ImportFrom, found: dict[str, str]) -> None:
+    """Each name an import binds, with the top-level module it comes from ('.': relative)."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            root = alias.name.split(".")[0]
+            found[alias.asname or root] = root
+    else:
+        root = "." if node.level else (node.module or "").split(".")[0]
+        for alias in node.names:
+            found[alias.asname or alias.name] = root
+
+
+def _patch_module(target: ast.expr, imports: dict[str, str]) -> str | None:
+    """The module a patch target lives in: the first part of a dotted string, or where the
+    object's root name was imported from; None when it is neither."""
+    if isinstance(target, ast.Constant) and isinstance(target.value, str):
+        return target.value.split(".")[0] if "." in target.value else None
+    root = dotted(target).split(".")[0]
+    return imports.get(root) if root else None
+
+
+def _patch(call: ast.Call, imports: dict[str, str]) -> Marker | None:
+    name = dotted(call.func)
+    if not name or not call.args:
+        return None
+    receiver, _, last = name.rpartition(".")
+    # monkeypatch.setattr / setattr(obj, name, value) / patch.object(obj, name) name the object
+    # itself; patch("a.b.c") names it by a string.
+    is_setattr = last in ("setattr", "delattr") and (
+        bool(receiver) or len(call.args) >= 3 or last == "delattr"
+    )
+    is_object = _ends(name, _PATCH_OBJECT) and (
+        receiver.removesuffix("patch").rstrip(".") in _MOCK_RECEIVERS
+    )
+    if is_setattr or is_object:
+        module = _patch_module(call.args[0], imports)
+    elif last == "patch" and receiver in _MOCK_RECEIVERS:
+        first = call.args[0]
+        module = _patch_module(first, imports) if isinstance(first, ast.Constant) else None
+    else:
+        return None
+    if module is None:
+        return None
+    text = _unparse(call)
+    key = "patch:" + name + "(" + ", ".join(_unparse(a) for a in call.args[:2]) + ")"
+    return Marker(call.lineno, key, quote(text), module)
+
+
+def _exit_code_passes(code: ast.expr | None) -> bool:
+    """Whether an exit with this code reports success (or might): no code, 0, None, False,
+    or anything not a constant."""
+    if code is None:
+        return True
+    if isinstance(code, ast.Constant):
+        return code.value in (0, None, False) and not isinstance(code.value, str)
+    return True
+
+
+def _exit(node: ast.AST) -> Marker | None:
+    code: ast.expr | None
+    if isinstance(node, ast.Call):
+        name = dotted(node.func)
+        if name in _EXIT_CALLS:
+            code = node.args[0] if node.args else None
+        elif _ends(name, ("pytest.exit",)):
+            given = [k.value for k in node.keywords if k.arg == "returncode"]
+            if len(node.args) >= 2:
+                given.append(node.args[1])
+            if not given:
+                return None  # pytest.exit() alone ends the session "interrupted": a failure
+            code = given[0]
+        else:
+            return None
+        if not _exit_code_passes(code):
+            return None
+    elif isinstance(node, ast.Raise) and node.exc is not None:
+        exc = node.exc
+        if dotted(exc.func if isinstance(exc, ast.Call) else exc) != "SystemExit":
+            return None
+        code = exc.args[0] if isinstance(exc, ast.Call) and exc.args else None
+        if not _exit_code_passes(code):
+            return None
+    elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(t, ast.Attribute) and t.attr == "exitstatus" for t in targets):
+            return None
+    else:
+        return None
+    text = _unparse(node)
+    return Marker(getattr(node, "lineno", 0), "exit:" + text, quote(text))
+
+
+def _hooks(tree: ast.Module) -> list[Marker]:
+    found: list[Marker] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _HOOKS:
+            # A changed hook is a new hook: the key holds its body.
+            dump = ast.dump(ast.Module(body=node.body, type_ignores=[]))
+            key = f"hook:{node.name}:{hashlib.blake2b(dump.encode(), digest_size=12).hexdigest()}"
+            found.append(Marker(node.lineno, key, quote(f"def {node.name}(...)")))
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(dotted(t) in _COLLECT_IGNORE for t in targets):
+                text = _unparse(node)
+                found.append(Marker(node.lineno, "hook:" + text, quote(text)))
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+              and dotted(node.value.func).split(".")[0] in _COLLECT_IGNORE):
+            text = _unparse(node)
+            found.append(Marker(node.lineno, "hook:" + text, quote(text)))
+    return found
+
+
+def _stub(body: list[ast.stmt]) -> str | None:
+    """What a function's body is when it is a stub: pass, ..., return a constant, or raise
+    NotImplementedError (a docstring before it changes nothing)."""
+    statements = body
+    if (statements and isinstance(statements[0], ast.Expr)
+            and isinstance(statements[0].value, ast.Constant)
+            and isinstance(statements[0].value.value, str)):
+        statements = statements[1:]
+    if not statements:
+        return "a docstring alone"
+    if len(statements) != 1:
+        return None
+    only = statements[0]
+    if isinstance(only, ast.Pass):
+        return "pass"
+    if isinstance(only, ast.Expr) and isinstance(only.value, ast.Constant):
+        return _unparse(only)
+    if isinstance(only, ast.Return) and (only.value is None or _is_constant(only.value)):
+        return _unparse(only)
+    if isinstance(only, ast.Raise) and only.exc is not None:
+        exc = only.exc.func if isinstance(only.exc, ast.Call) else only.exc
+        if dotted(exc) == "NotImplementedError":
+            return _unparse(only)
+    return None
+
+
+def _functions(body: list[ast.stmt], prefix: str = "") -> list[FunctionBody]:
+    found: list[FunctionBody] = []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            stub = _stub(node.body)
+            found.append(FunctionBody(prefix + node.name, node.lineno,
+                                      quote(stub, 80) if stub else None))
+        elif isinstance(node, ast.ClassDef):
+            found += _functions(node.body, f"{prefix}{node.name}.")
+    return found
+
+
+def parse(path: str, text: str) -> ast.Module | str:
+    """The module, or why it could not be parsed (a note, never an exception)."""
+    try:
+        return ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        return f"Python syntax error at line {exc.lineno or '?'}: not parsed"
+    except (ValueError, MemoryError):
+        return "not parseable as Python: not parsed"
+    except RecursionError:
+        return f"Python {MAX_NESTING_NOTE}: not parsed"
+
+
+def _walk(tree: ast.Module, tests: list[_Test], src: _Source, shallow: frozenset[int]):
+    """One pass over the module: each test's assertions and body skips, and every import,
+    patch candidate and exit, wherever they are. The top-level statements in ``shallow`` are
+    passed over but for their imports (see ``Prepared.unchanged``)."""
+    owners = {id(t.func): t for t in tests}
+    imports: dict[str, str] = {}
+    calls: list[ast.Call] = []
+    exits: list[Marker] = []
+    stack: list[tuple[ast.AST, _Test | None]] = []
+    for index, statement in enumerate(tree.body):
+        if index not in shallow:
+            stack.append((statement, None))
+        elif isinstance(statement, (ast.Import, ast.ImportFrom)):
+            _import_roots(statement, imports)
+    while stack:
+        node, owner = stack.pop()
+        test = owners.get(id(node))
+        if test is not None:
+            # The decorators and arguments belong to the module; only the body to the test.
+            stack += [(child, owner) for child in (*test.func.decorator_list, test.func.args)]
+            stack += [(child, test) for child in test.func.body]
+            continue
+        if isinstance(node, ast.Call):
+            calls.append(node)
+            if owner is not None:
+                found = _call_assertion(src, node)
+                if found is not None:
+                    owner.assertions.append(found)
+        elif isinstance(node, ast.Assert):
+            if owner is not None:
+                owner.assertions.append(_assert_statement(src, node))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            _import_roots(node, imports)
+        if isinstance(node, (ast.Call, ast.Raise)) and owner is not None:
+            skip = _body_skip(node)
+            if skip is not None:
+                owner.skips.append(skip)
+        if isinstance(node, (ast.Call, ast.Raise, ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            found_exit = _exit(node)
+            if found_exit is not None:
+                exits.append(found_exit)
+        stack += [(child, owner) for child in ast.iter_child_nodes(node)]
+    patches = [p for p in (_patch(call, imports) for call in calls) if p is not None]
+    return patches, exits
+
+
+class Prepared:
+    """A parsed test file, before its analysis: so that the two sides of a modified file can
+    be told which of their top-level statements are the same code."""
+
+    def __init__(self, path: str, text: str, tree: ast.Module) -> None:
+        self.path, self.tree, self.src = path, tree, _Source(text)
+
+    def statement_texts(self) -> list[str]:
+        texts = []
+        for node in self.tree.body:
+            decorators = getattr(node, "decorator_list", None) or [node]
+            first, last = decorators[0].lineno, node.end_lineno or node.lineno
+            texts.append(" ".join(" ".join(self.src.lines[first - 1: last]).split()))
+        return texts
+
+
+def prepare(path: str, text: str) -> Prepared | str:
+    tree = parse(path, text)
+    return tree if isinstance(tree, str) else Prepared(path, text, tree)
+
+
+def unchanged(a: Prepared, b: Prepared) -> tuple[frozenset[int], frozenset[int]]:
+    """The top-level statements each side has in common with the other, as the same code.
+
+    Analysing them could only find the same things on both sides, which every check cancels
+    out (a test paired with its twin compares equal; a patch or an exit found on both sides is
+    not new), so they are passed over: most of a modified file is unchanged."""
+    left: dict[str, list[int]] = {}
+    for index, text in enumerate(a.statement_texts()):
+        left.setdefault(text, []).append(index)
+    same_a: set[int] = set()
+    same_b: set[int] = set()
+    for index, text in enumerate(b.statement_texts()):
+        if left.get(text):
+            same_a.add(left[text].pop(0))
+            same_b.add(index)
+    return frozenset(same_a), frozenset(same_b)
+
+
+def analyse_test(path: str, text: str, conftest: bool = False) -> FileAnalysis:
+    """A test file or a conftest: tests, skips, patches, exits, hooks."""
+    prepared = prepare(path, text)
+    if isinstance(prepared, str):
+        return FileAnalysis(path, problem=prepared)
+    return analyse_prepared(prepared, conftest)
+
+
+def analyse_prepared(prepared: Prepared, conftest: bool = False,
+                     shallow: frozenset[int] = frozenset()) -> FileAnalysis:
+    path, tree, src = prepared.path, prepared.tree, prepared.src
+    try:
+        # A module-level skip applies to every test of the file, as a class's does to its
+        # methods: each test carries it, and the checks report each marker once.
+        tests = [] if conftest else _tests_in(tree.body, inherited=tuple(_module_skips(tree)))
+        patches, exits = _walk(tree, tests, src, shallow)
+        return FileAnalysis(
+            path,
+            tests=tuple(t.case(path, src) for t in tests),
+            patches=tuple(patches),
+            exits=tuple(sorted(exits, key=lambda m: m.line)),
+            hooks=tuple(_hooks(tree)) if conftest else (),
+        )
+    except RecursionError:
+        return FileAnalysis(path, problem=f"Python {MAX_NESTING_NOTE}: not analysed")
+
+
+def analyse_source(path: str, text: str) -> FileAnalysis:
+    """A source file: its functions, each with its stub (or None)."""
+    tree = parse(path, text)
+    if isinstance(tree, str):
+        return FileAnalysis(path, problem=tree)
+    try:
+        return FileAnalysis(path, functions=tuple(_functions(tree.body)))
+    except RecursionError:
+        return FileAnalysis(path, problem=f"Python {MAX_NESTING_NOTE}: not analysed")

@@ -1,0 +1,56 @@
+"""The corpus through the real checks: each tampered case trips exactly the checks it names,
+every catalogue ID is tripped by some case, and no honest case trips anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentsec.integrity import catalogue, checks
+from agentsec.integrity.tree import DirectoryTrees
+from tests.agentsec.integrity.corpus import CASES, Case, write
+
+
+def run_case(case: Case, root: Path) -> checks.Outcome:
+    before = write(root / "before", case.before)
+    after = write(root / "after", case.after)
+    return checks.run(DirectoryTrees(before, after))
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if not c.honest], ids=lambda c: c.name)
+def test_tampered_case_trips_exactly_its_checks(case: Case, tmp_path: Path):
+    outcome = run_case(case, tmp_path)
+    found = {f.id for f in outcome.findings}
+    assert found == case.expect, [f.as_dict() for f in outcome.findings]
+    assert outcome.score > 0 or found == {"INT-017"}  # INT-017 alone weighs nothing
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.honest], ids=lambda c: c.name)
+def test_honest_case_trips_nothing(case: Case, tmp_path: Path):
+    outcome = run_case(case, tmp_path)
+    assert outcome.findings == (), [f.as_dict() for f in outcome.findings]
+    assert outcome.score == 0
+
+
+def test_every_catalogue_id_is_exercised_by_a_tampered_case():
+    exercised = {check_id for case in CASES if not case.honest for check_id in case.expect}
+    assert set(catalogue.load().checks) <= exercised
+    assert exercised <= set(catalogue.load().checks)  # and the corpus names no unknown ID
+
+
+def test_false_positive_rate_on_honest_cases_is_zero(tmp_path: Path):
+    honest = [c for c in CASES if c.honest]
+    assert len(honest) >= 20
+    flagged = [c.name for i, c in enumerate(honest) if run_case(c, tmp_path / str(i)).findings]
+    rate = len(flagged) / len(honest)
+    assert rate == 0, flagged
+
+
+def test_the_corpus_covers_each_runner():
+    names = " ".join(c.name for c in CASES)
+    for runner in ("py-", "unittest-", "jest-", "vitest-", "node-test-", "ci-", "npm-"):
+        assert f" {runner}" in f" {names}", runner
+    for runner in ("honest-py-", "honest-unittest-", "honest-js-", "honest-vitest-",
+                   "honest-node-test-", "honest-ci-"):
+        assert runner in names, runner
