@@ -35,6 +35,7 @@ from agentsec.formats import Format, render
 from agentsec.history import DB_NAME
 from agentsec.launchers import (
     Launch,
+    assert_launch,
     availability,
     bwrap_launch,
     cage_launch,
@@ -423,27 +424,6 @@ def compare(reports: tuple[Path, ...], as_json: bool) -> None:
     _console().print(scores_table(loaded, title="Comparison", detailed=True))
 
 
-def _assert_launch(
-    kind: str,
-    image: str | None,
-    template: str | None,
-    engine_flags: tuple[str, ...],
-    engine_bin: str | None,
-    python: str,
-) -> Launch:
-    if kind == "local":
-        return local_launch("agentsec assert", sys.executable)
-    if kind == "bwrap":
-        return bwrap_launch(engine_flags, "agentsec assert", python)
-    if kind == "command":
-        if not template:
-            raise AgentsecError("--kind command needs --template 'CMD ... {probe}'")
-        return command_launch(template, "agentsec assert")
-    if not image:
-        raise AgentsecError(f"--kind {kind} needs --image")
-    return container_launch(kind, image, engine_flags, "agentsec assert", engine_bin, python)
-
-
 @cli.command("assert")
 @click.option(
     "--kind",
@@ -487,7 +467,7 @@ def assert_paths(
     ]
     if not wanted:
         raise AgentsecError("name at least one path, e.g. --not-readable /answers/key.json")
-    launch = _assert_launch(kind, image, template, engine_flags, engine_bin, python)
+    launch = assert_launch(kind, image, template, engine_flags, engine_bin, python)
     env = {**os.environ, **probe_env(wanted)}
     run = launch.run(env)
     results = check_paths(run.output, wanted)

@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -354,6 +355,28 @@ def _docker_daemon_up() -> bool:
         return True  # a remote engine: the run itself will say whether it answers
     socket_path = host.removeprefix("unix://") or "/var/run/docker.sock"
     return os.path.exists(socket_path)
+
+
+def assert_launch(
+    kind: str,
+    image: str | None,
+    template: str | None,
+    engine_flags: tuple[str, ...],
+    engine_bin: str | None,
+    python: str,
+) -> Launch:
+    """Where `agentsec assert` (and `integrity could`) runs the probe: a sandbox of `kind`."""
+    if kind == "local":
+        return local_launch("agentsec assert", sys.executable)
+    if kind == "bwrap":
+        return bwrap_launch(engine_flags, "agentsec assert", python)
+    if kind == "command":
+        if not template:
+            raise AgentsecError("--kind command needs --template 'CMD ... {probe}'")
+        return command_launch(template, "agentsec assert")
+    if not image:
+        raise AgentsecError(f"--kind {kind} needs --image")
+    return container_launch(kind, image, engine_flags, "agentsec assert", engine_bin, python)
 
 
 def describe(launch: Launch) -> str:

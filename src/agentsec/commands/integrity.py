@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from agentsec.cliutil import GateFailed, console, emit_json
+from agentsec.errors import AgentsecError
 from agentsec.render.lines import Lines
 from agentsec.report import report_filename, write_atomically
 
@@ -63,3 +64,54 @@ def diff(before: str, after: str, repo: Path | None, as_json: bool, out_dir: Pat
     if max_score is not None and outcome.score > max_score:
         raise GateFailed(f"verifier integrity score {outcome.score} is above --max-score "
                          f"{max_score}")
+
+
+@command.command("could", context_settings={"ignore_unknown_options": True})
+@click.argument("project", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--kind", type=click.Choice(["local", "bwrap", "docker", "podman", "command"]),
+              required=True, help="Where to run the probe (as for agentsec assert).")
+@click.option("--inside", "at", default=None,
+              help="Where the sandbox sees PROJECT (default: the same path).")
+@click.option("--config", "config", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help='More paths: {"verifier": [...], "answers": [...]}.')
+@click.option("--image", default=None, help="The image, for docker and podman.")
+@click.option("--template", default=None, help="For --kind command: names {probe} or ends in '-'.")
+@click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
+@click.option("--python", default="python3", show_default=True, help="Interpreter in sandbox.")
+@click.option("--json", "as_json", is_flag=True, help="Print a versioned JSON document instead.")
+@click.argument("engine_flags", nargs=-1, type=click.UNPROCESSED)
+def could(project: Path, kind: str, at: str | None, config: Path | None, image: str | None,
+          template: str | None, engine_bin: str | None, python: str, as_json: bool,
+          engine_flags: tuple[str, ...]) -> None:
+    """Could a workload in this sandbox write PROJECT's tests, their configuration or its CI
+    workflows, or read its answer key? Pass or fail per path, as agentsec assert: exit 2 when
+    any could be (or the probe could not tell)."""
+    import dataclasses
+    import os
+
+    from agentsec.assertions import check, probe_env
+    from agentsec.integrity import verifier_paths
+    from agentsec.launchers import assert_launch
+    from agentsec.render.records import assertion_lines
+    from agentsec.results import document
+
+    project = project.resolve()
+    found = verifier_paths.detect(project)
+    if config is not None:
+        found += verifier_paths.from_config(config)
+    if not found:
+        raise AgentsecError(f"no tests, test configuration or CI workflow found in {project}; "
+                            "name them with --config")
+    wanted = verifier_paths.inside(found, at or str(project))
+    launch = assert_launch(kind, image, template, engine_flags, engine_bin, python)
+    run = launch.run({**os.environ, **probe_env(wanted)})
+    results = check(run.output, wanted)
+    if as_json:
+        emit_json(document("verifier-paths", project=str(project),
+                           results=[dataclasses.asdict(r) for r in results]))
+    else:
+        console().print(assertion_lines(results))
+    failed = [r for r in results if r.failed]
+    if failed:
+        raise GateFailed(f"{len(failed)} of {len(results)} of the verifier's paths are open "
+                         "to the workload, or could not be told")
