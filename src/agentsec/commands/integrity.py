@@ -1,8 +1,8 @@
 """``agentsec integrity diff``: did a change make the tests pass by weakening them?
 
 Thin: open the two trees, run the checks (``agentsec.integrity.checks``), format, and choose
-the exit code: 0 measured, 1 an error (one line), 2 ``--max-score`` exceeded. Reports are
-written before the gate is applied.
+the exit code: 0 measured, 1 an error (one line), 2 a gate failed (``--max-score``,
+``--baseline``). Reports are written before any gate is applied.
 """
 
 from __future__ import annotations
@@ -40,15 +40,24 @@ def _default_label(before: str, after: str, repo: Path | None) -> str:
 @click.option("--label", default=None, help="Name of this check; names the reports.")
 @click.option("--max-score", type=click.IntRange(0, 100), default=None,
               help="Exit 2 when the score is above this budget (after writing the reports).")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="An accepted integrity report: exit 2 on any finding it does not hold.")
+@click.option("--sarif", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write SARIF 2.1.0 (GitHub code scanning), each finding at its line.")
 def diff(before: str, after: str, repo: Path | None, as_json: bool, out_dir: Path | None,
-         label: str | None, max_score: int | None) -> None:
+         label: str | None, max_score: int | None, baseline: Path | None,
+         sarif: Path | None) -> None:
     """Compare the tree BEFORE an agent's run with the tree AFTER it (two directories, or two
     refs with --repo) and report every way the change passes the tests without the work."""
     # Imported here: every agentsec command loads this module, and only this one needs these.
+    from agentsec.integrity import baseline as accepted_findings
     from agentsec.integrity import checks, report, tree
+    from agentsec.integrity import sarif as integrity_sarif
 
     label = label or _default_label(before, after, repo)
     stem = report_filename(f"integrity_{label}")  # refuses a label with nothing usable first
+    # read and checked before the run: a bad baseline costs no measurement
+    accepted = accepted_findings.load(baseline) if baseline is not None else None
     outcome = checks.run(tree.open_trees(before, after, repo))
     doc = report.document(outcome, label)
     out = console(stderr=as_json)
@@ -57,13 +66,24 @@ def diff(before: str, after: str, repo: Path | None, as_json: bool, out_dir: Pat
         write_atomically(json_path, json.dumps(doc, indent=2) + "\n")
         write_atomically(md_path, report.markdown(doc))
         out.print(f"reports: {json_path}  {md_path}", markup=False)
+    if sarif is not None:
+        write_atomically(sarif, integrity_sarif.render(doc))
     if as_json:
         emit_json(doc)
     else:
         out.print(Lines(lambda width: report.terminal_lines(doc, width)))
+    failed = []
     if max_score is not None and outcome.score > max_score:
-        raise GateFailed(f"verifier integrity score {outcome.score} is above --max-score "
-                         f"{max_score}")
+        failed.append(f"verifier integrity score {outcome.score} is above --max-score "
+                      f"{max_score}")
+    if accepted is not None:
+        new = accepted_findings.new_findings(doc, accepted)
+        if new:
+            shown = ", ".join(sorted({f["id"] for f in new}))
+            noun = "finding" if len(new) == 1 else "findings"
+            failed.append(f"{len(new)} {noun} the baseline does not hold ({shown})")
+    if failed:
+        raise GateFailed("; ".join(failed))
 
 
 @command.command("could", context_settings={"ignore_unknown_options": True})
