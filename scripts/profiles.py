@@ -4,15 +4,15 @@
     .venv/bin/python scripts/profiles.py add REPORT LABEL   # add a saved report (a cage's, say)
     .venv/bin/python scripts/profiles.py table              # rewrite the README's table
 
-`measure` runs every peer preset (srt, codex) twice, as root and as an ordinary user (uid 1000),
-each in a network namespace of its own with loopback up (nothing leaves the machine), and saves
-the reports redacted under docs/profiles/. The root runs get a home holding a typical set of
-credential files (made here, with dummy contents), so the table shows which of them each sandbox
-exposes; the ordinary user's runs get that user's own home. `add` re-scores a saved report (its
-probe output) redacted, under a label of your choosing: that is how the agentcage cage's row,
-from `agentcage demo`'s reports, gets there. `table` rewrites only the block between
-<!-- profiles:start --> and <!-- profiles:end --> in README.md, from whatever docs/profiles holds,
-ranked by agentsec.scoring.rank.
+`measure` runs every preset of an agent's own sandbox (srt, codex) twice, as root and as an
+ordinary user (uid 1000), each in a network namespace of its own with loopback up (nothing
+leaves the machine), and saves the reports redacted under docs/profiles/. The root runs get a
+home holding a typical set of credential files (made here, with dummy contents), so the table
+shows which of them each sandbox exposes; the ordinary user's runs get that user's own home.
+`add` re-scores a saved report (its probe output) redacted, under a label of your choosing:
+that is how the agentcage cage's row, from `agentcage demo`'s reports, gets there. `table`
+rewrites only the block between <!-- profiles:start --> and <!-- profiles:end --> in README.md,
+from whatever docs/profiles holds, ranked by agentsec.scoring.rank.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ README = ROOT / "README.md"
 START, END = "<!-- profiles:start -->", "<!-- profiles:end -->"
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 ORDINARY_USER = "1000"
+AGENT_SANDBOXES = ("srt", "codex")
 # Dummy files at the paths the probe looks for: only their presence and readability matter.
 PLANTED = {
     ".aws/credentials": "[default]\naws_access_key_id = AKIADUMMY\n",
@@ -62,7 +63,10 @@ def label_for(preset: str, as_user: bool) -> str:
 def measure(out_dir: Path) -> None:
     if os.geteuid() != 0:
         raise SystemExit("profiles measure: run as root (it starts sandboxes as root and uid 1000)")
-    peers = [name for name, p in load_presets().items() if p.is_peer]
+    # Agents' own sandboxes: firejail (a peer too) takes its home from the password database,
+    # not HOME, so its root run would measure this machine's /root, not the planted home.
+    peers = [name for name, p in load_presets().items()
+             if p.is_peer and p.engine in AGENT_SANDBOXES]
     base = Path(tempfile.mkdtemp(prefix="agentsec-profiles-", dir="/var/tmp"))  # not /tmp: Codex
     # Codex keeps its CODEX_HOME in the ordinary user's home: removed again if made here.
     made = codex_home_to_make(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir))

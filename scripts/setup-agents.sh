@@ -4,8 +4,8 @@
 # mounts read-only) and are on PATH for every user (the presets also run as an ordinary user).
 #   Claude Code, Codex CLI and pi: run inside cages (tests/agentcage/test_real_agents.py, the
 #   demo)
-#   Anthropic's sandbox-runtime (`srt`, needs socat and ripgrep) and Codex's own sandbox:
-#   measured as agentsec presets (srt-*, codex-*)
+#   Anthropic's sandbox-runtime (`srt`, needs socat and ripgrep), Codex's own sandbox and
+#   firejail (Debian's, with apt): measured as agentsec presets (srt-*, codex-*, firejail-*)
 # Pinned versions (a preset measures one version; a new one is a new measurement). Safe to run
 # again: installs only what is missing or at another version. A lock keeps two runs on one
 # machine from installing at the same time.
@@ -14,7 +14,7 @@ set -euo pipefail
 NPM_PACKAGES=("@anthropic-ai/claude-code@2.1.332" "@openai/codex@0.171.0"
               "@anthropic-ai/sandbox-runtime@0.0.78"
               "@mariozechner/pi-coding-agent@0.73.1")
-APT_PACKAGES=(socat ripgrep fd-find)  # fd-find: the file search pi's find tool runs
+APT_PACKAGES=(socat ripgrep fd-find firejail)  # fd-find: pi's find tool; firejail: a preset
 
 log() { printf '[setup-agents] %s\n' "$*" >&2; }
 
@@ -48,6 +48,6 @@ if [ ${#wanted[@]} -gt 0 ]; then
     log "installing ${wanted[*]} (npm install -g)"
     npm install -g --no-fund --no-audit --loglevel=error "${wanted[@]}" >/dev/null
 fi
-for bin in claude codex pi srt; do
+for bin in claude codex pi srt firejail; do
     command -v "$bin" >/dev/null || { log "$bin is not on PATH after the install"; exit 1; }
 done

@@ -1,10 +1,12 @@
-"""Agents' own sandboxes as launchers: Anthropic's sandbox-runtime (`srt`) and Codex CLI's
-`codex sandbox`. Each builds an argv that runs a command inside that tool's sandbox, for a pinned
-version of the tool; nothing here runs the sandbox itself.
+"""Sandboxes other tools make, as launchers: Anthropic's sandbox-runtime (`srt`), Codex CLI's
+`codex sandbox`, and firejail (a setuid sandbox people put around a program by hand). Each
+builds an argv that runs a command inside that tool's sandbox, for a pinned version of the
+tool; nothing here runs the sandbox itself.
 
 Where the tools come from: a directory named by AGENTSEC_PEER_BIN, then PATH (scripts/
-setup-agents.sh installs the pinned versions with `npm install -g`, so that an ordinary user
-can run them too), then the checkout's `.tools/npm/node_modules/.bin`. A preset names
+setup-agents.sh installs the pinned versions: srt and Codex with `npm install -g`, so that an
+ordinary user can run them too, firejail from the distribution), then the checkout's
+`.tools/npm/node_modules/.bin`. A preset names
 the version it measures; another version installed is an error, not a silent substitute.
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from agentsec.errors import AgentsecError
 
-PEER_ENGINES = ("srt", "codex")
+PEER_ENGINES = ("srt", "codex", "firejail")
 CHECKOUT_TOOLS = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin"
 # srt runs its proxy bridges with socat and searches with ripgrep: without them a sandbox is
 # not what the preset says (a peer that runs commands unsandboxed when a helper is missing is
@@ -91,13 +93,14 @@ def require_tool(name: str) -> str:
     if found is None:
         raise PeerError(
             f"{name!r} is not installed: scripts/setup-agents.sh installs the pinned version "
-            "with npm install -g (or set AGENTSEC_PEER_BIN to the directory holding it)"
+            "(or set AGENTSEC_PEER_BIN to the directory holding it)"
         )
     return found
 
 
 def installed_version(binary: str) -> str:
-    """The version a tool reports (`srt --version`: '0.0.78'; codex: 'codex-cli 0.171.0')."""
+    """The version a tool reports: the last word of its first line (`srt --version`: '0.0.78';
+    codex: 'codex-cli 0.171.0'; firejail: 'firejail version 0.9.72', then its build options)."""
     try:
         proc = subprocess.run(
             [binary, "--version"],
@@ -108,7 +111,8 @@ def installed_version(binary: str) -> str:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PeerError(f"{binary} --version did not answer: {exc}") from exc
-    words = proc.stdout.split()
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    words = lines[0].split() if lines else []
     return words[-1] if proc.returncode == 0 and words else ""
 
 
@@ -177,6 +181,10 @@ def peer_argv(
         if settings is None:
             raise PeerError("an srt preset names its settings file")
         tail = (binary, "--settings", settings_path(settings), *flags, "--")
+        return (*prefix, "env", *env, *tail) if env else (*prefix, *tail)
+    if engine == "firejail":
+        # --quiet: firejail's own banner would go to the probe's stdout
+        tail = (binary, "--quiet", *flags, "--")
         return (*prefix, "env", *env, *tail) if env else (*prefix, *tail)
     home = run_as.home if run_as is not None else os.path.expanduser("~")
     codex_home = os.path.join(home, CODEX_HOME)

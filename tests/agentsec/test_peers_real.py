@@ -1,6 +1,6 @@
-"""Peers as presets, run for real: Anthropic's sandbox-runtime (srt 0.0.78) and Codex CLI 0.171.0's
-own sandbox, installed by scripts/setup-agents.sh, each started as root and as an ordinary user
-(uid 1000) through `agentsec blast-radius preset`.
+"""Peers as presets, run for real: Anthropic's sandbox-runtime (srt 0.0.78), Codex CLI 0.171.0's
+own sandbox and firejail 0.9.72 (Debian's), installed by scripts/setup-agents.sh, each started
+as root and as an ordinary user (uid 1000) through `agentsec blast-radius preset`.
 
 Every run is in a network namespace made for it (`unshare --net`, loopback up: srt's proxy
 bridge needs it), so nothing leaves the machine. The agentsec process gets a small environment,
@@ -30,7 +30,7 @@ AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 ORDINARY_USER = "1000"
 CODEX_TMP = "codex-bwrap-synthetic-mount-targets-*"
 PEER_PRESETS = ("srt-default", "srt-deny-home", "codex-read-only", "codex-workspace",
-                "codex-danger")
+                "codex-danger", "firejail-default", "firejail-hardened")
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def world():
     """A home with a credential in it and a working directory, outside /tmp (Codex refuses a
     CODEX_HOME under /tmp), both removed afterwards with the Codex homes the runs made."""
     assert os.geteuid() == 0, "these runs start sandboxes as root and as uid 1000"
-    for name in ("srt", "codex"):
+    for name in ("srt", "codex", "firejail"):
         assert peers.find_tool(name), f"{name}: run scripts/setup-agents.sh"
     base = Path(tempfile.mkdtemp(prefix="agentsec-peers-", dir="/var/tmp"))
     made_codex_homes = [peers.codex_home_to_make(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir))]
@@ -99,13 +99,15 @@ def test_the_presets_are_data_with_pinned_versions():
         assert presets[name].engine in peers.PEER_ENGINES and presets[name].version
     assert {presets[n].version for n in PEER_PRESETS if n.startswith("srt")} == {"0.0.78"}
     assert {presets[n].version for n in PEER_PRESETS if n.startswith("codex")} == {"0.171.0"}
+    assert {presets[n].version for n in PEER_PRESETS if n.startswith("firejail")} == {"0.9.72"}
 
 
 @pytest.mark.parametrize("name", PEER_PRESETS)
 @pytest.mark.parametrize("as_user", [False, True], ids=["root", "user"])
 def test_each_peer_runs_for_real_and_every_axis_is_measured(reports, name, as_user):
     report = reports[(name, as_user)]
-    assert report["target"]["preset"] == name and report["target"]["engine"] in ("srt", "codex")
+    assert report["target"]["preset"] == name
+    assert report["target"]["engine"] == name.split("-")[0]
     assert report["probe"]["faults_injected"] == []
     states = axes(report)
     assert "not_measured" not in states.values(), states
@@ -154,6 +156,27 @@ def test_codex_profiles_write_what_they_say(reports):
         assert "FS-007" in ids(reports[("codex-workspace", as_user)])
     danger = ids(reports[("codex-danger", False)])
     assert {"PRIV-001", "PRIV-004", "FS-001"} <= danger
+
+
+def test_firejail_drops_what_its_options_say_and_no_more(reports):
+    root_default = ids(reports[("firejail-default", False)])
+    root_hardened = ids(reports[("firejail-hardened", False)])
+    # started by root, firejail is root, its default profile keeps root's capabilities, and
+    # --caps.drop=all drops them (--noroot keeps the invoking user: root)
+    assert {"PRIV-001", "PRIV-003"} <= root_default
+    assert "PRIV-001" in root_hardened and "PRIV-003" not in root_hardened
+    user_default = ids(reports[("firejail-default", True)])
+    user_hardened = ids(reports[("firejail-hardened", True)])
+    # the user's home is the host's, read-write, unless --private makes it an empty tmpfs
+    assert "FS-003" in user_default and "FS-003" not in user_hardened
+    for as_user in (False, True):
+        assert axes(reports[("firejail-hardened", as_user)])["network"] == "sealed"
+        assert "PROC-001" not in ids(reports[("firejail-default", as_user)])  # a PID namespace
+        # root's firejail still reads /etc/shadow: the default profile does not hide it
+        files = reports[("firejail-default", as_user)]["probe"]["output"]["sections"][
+            "credentials"]["data"]["files"]
+        readable = {f["path"] for f in files if f.get("readable") is True}
+        assert readable == (set() if as_user else {"/etc/shadow"}), readable
 
 
 def test_a_peer_at_another_version_is_refused(monkeypatch, tmp_path):
