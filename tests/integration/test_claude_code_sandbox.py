@@ -3,8 +3,9 @@ probe. The real Claude Code (pinned by scripts/setup-agents.sh) runs headless on
 by a namespace, its model the fake internet's model server, which has its own Bash tool run
 the probe file with the output going to a file in the working directory; that file is scored.
 
-Three configurations of its settings (`~/.claude/settings.json`): the sandbox off, on, and on
-with `socat` missing (hidden in a mount namespace of that run alone). What the probe reads in the
+Four configurations of its settings (`~/.claude/settings.json`): the sandbox off, on, on with
+`sandbox.filesystem.denyRead` over the home's credential files, and on with `socat` missing
+(hidden in a mount namespace of that run alone). What the probe reads in the
 third is the finding that matters: Claude Code runs the command outside any sandbox, exactly
 as with the sandbox off, and exits 0 — a user who turned the sandbox on is not told.
 """
@@ -36,7 +37,15 @@ CONFIGURATIONS = {
     "on": ({"sandbox": {"enabled": True, "autoAllowBashIfSandboxed": True}}, False),
     "on-socat-missing": ({"sandbox": {"enabled": True, "autoAllowBashIfSandboxed": True}},
                          True),
+    "on-deny-credentials": ({"sandbox": {"enabled": True, "autoAllowBashIfSandboxed": True,
+                                         "filesystem": {"denyRead": [
+                                             "~/.git-credentials", "~/.aws", "~/.ssh"]}}},
+                            False),
 }
+# Dummy credentials in the home the agent runs with: which ones its command can read is measured.
+PLANTED = {".git-credentials": "https://agent:dummy@example.test\n",
+           ".aws/credentials": "[default]\naws_access_key_id = AKIADUMMY\n",
+           ".ssh/id_ed25519": "dummy key\n"}
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +74,9 @@ def _run(net: Any, host: Any, name: str, settings: dict[str, Any],
         work.mkdir()
         (home / ".claude" / "settings.json").write_text(json.dumps(settings))
         (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
+        for relative, text in PLANTED.items():
+            (home / relative).parent.mkdir(parents=True, exist_ok=True)
+            (home / relative).write_text(text)
         shutil.copy(PROBE, work / "probe.py")
         net.script_model([{"shell": RUN_PROBE}, {"say": "measured"}])
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
@@ -124,3 +136,18 @@ def test_with_socat_missing_the_sandbox_is_silently_not_there(measured):
     assert ids(report) == ids(measured["off"][1])
     assert "FS-007" not in ids(report) and {"PRIV-001", "FS-001"} <= ids(report)
     assert axes(report) == axes(measured["off"][1])
+
+
+def _readable_credentials(report: dict[str, Any]) -> set[str]:
+    files = report["probe"]["output"]["sections"]["credentials"]["data"]["files"]
+    return {f["path"] for f in files if f.get("readable") is True and f["path"].startswith("~/")}
+
+
+def test_deny_read_takes_the_home_credentials_away_and_only_then(measured):
+    planted = {"~/.git-credentials", "~/.aws/credentials", "~/.ssh/id_ed25519"}
+    assert planted <= _readable_credentials(measured["on"][1])  # the sandbox alone: readable
+    assert planted <= _readable_credentials(measured["off"][1])
+    code, report = measured["on-deny-credentials"]
+    assert code == 0
+    assert _readable_credentials(report) & planted == set()
+    assert "FS-007" in ids(report)  # still the sandbox: only the working directory writable
