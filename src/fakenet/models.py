@@ -10,13 +10,13 @@ account that has none.
 
 The test writes the session as a list of steps (`FakeInternet.script_model`); the server reads
 it at every request. A step is {"shell": "<command>"} (the model has the agent run a command
-with the agent's own shell tool: `Bash` {command} for Claude Code, `bash` {command} for pi,
-`exec_command` {cmd} for Codex) or {"say": "<text>"} (a final answer). Which step a request is
-at is counted from the request itself: the number of tool results the agent has sent back so
-far, so the server keeps no state and every request of the session gets the next step. A
-request without the shell tool gets the first text from its step on: a side request (a title),
-or a conversation at a terminal, as Codex's TUI has one with its default model, whose tools are
-declared elsewhere in the request. Past the last step: the last text.
+with the agent's own shell tool: `Bash` {command} for Claude Code, `bash` {command} for pi
+(either API), `exec_command` {cmd} for Codex) or {"say": "<text>"} (a final answer). Which step
+a request is at is counted from the request itself: the number of tool results the agent has
+sent back so far, so the server keeps no state and every request of the session gets the next
+step. A request without the shell tool gets the first text from its step on: a side request (a
+title), or a conversation at a terminal, as Codex's TUI has one with its default model, whose
+tools are declared elsewhere in the request. Past the last step: the last text.
 
 Everything the agents send is recorded like any other request (records.http), so a test can
 check which key reached the provider and which bytes did not.
@@ -36,7 +36,9 @@ OPENAI_PATH = "/v1/responses"
 # The Messages API's shell tools, by the name each agent declares: Claude Code's, pi's. The call
 # names the one the request declared.
 ANTHROPIC_SHELLS = ("Bash", "bash")
-OPENAI_SHELL = "exec_command"
+# The Responses API's shell tools, by name, with the argument each takes its command in:
+# Codex's, pi's.
+OPENAI_SHELLS = {"exec_command": "cmd", "bash": "command"}
 HELLO_PATHS = ("/api/hello", "/v1/oauth/hello")  # 200: "the service answers"
 NONE_PATHS = ("/api/claude_code/settings", "/api/claude_code/policy_limits")  # 404: none
 
@@ -133,8 +135,10 @@ def respond(request: HttpRequest, script_file: str | None) -> bytes:
         return _http(200, "application/json", json.dumps(
             _anthropic_message(step, done, shell or ANTHROPIC_SHELLS[0])).encode())
     done = _openai_results(body)
-    step = _step(steps, done, _has_tool(body, OPENAI_SHELL))
-    return _http(200, "text/event-stream", _sse(_openai_events(step, done)))
+    shell = next((name for name in OPENAI_SHELLS if _has_tool(body, name)), None)
+    step = _step(steps, done, shell is not None)
+    return _http(200, "text/event-stream",
+                 _sse(_openai_events(step, done, shell or next(iter(OPENAI_SHELLS)))))
 
 
 def _read_script(script_file: str | None) -> list[dict[str, Any]]:
@@ -220,23 +224,24 @@ def _anthropic_events(step: dict[str, str], index: int,
 
 # ---- OpenAI Responses ----------------------------------------------------------------------
 
-def _openai_item(step: dict[str, str], index: int) -> dict[str, Any]:
+def _openai_item(step: dict[str, str], index: int, shell: str) -> dict[str, Any]:
     if "shell" in step:
         return {"type": "function_call", "id": f"fc_fake{index:04d}",
-                "call_id": f"call_fake{index:04d}", "name": OPENAI_SHELL,
-                "arguments": json.dumps({"cmd": step["shell"]}), "status": "completed"}
+                "call_id": f"call_fake{index:04d}", "name": shell,
+                "arguments": json.dumps({OPENAI_SHELLS[shell]: step["shell"]}),
+                "status": "completed"}
     return {"type": "message", "id": f"msg_fake{index:04d}", "role": "assistant",
             "status": "completed",
             "content": [{"type": "output_text", "text": step.get("say", ""),
                          "annotations": []}]}
 
 
-def _openai_events(step: dict[str, str],
-                   index: int) -> Iterator[tuple[str, dict[str, Any]]]:
+def _openai_events(step: dict[str, str], index: int,
+                   shell: str) -> Iterator[tuple[str, dict[str, Any]]]:
     response = {"id": f"resp_fake{index:04d}", "object": "response", "model": "fake-model",
                 "status": "in_progress", "output": []}
     yield "response.created", {"type": "response.created", "response": response}
-    item = _openai_item(step, index)
+    item = _openai_item(step, index, shell)
     yield "response.output_item.added", {"type": "response.output_item.added",
                                          "output_index": 0, "item": item}
     yield "response.output_item.done", {"type": "response.output_item.done",

@@ -21,6 +21,7 @@ from agentcage.demo_agents import (
     AGENTS,
     EXFIL_HOST,
     PLANTED_FILE,
+    AgentSpec,
     fake_key,
     installed,
     judge,
@@ -86,11 +87,17 @@ def audit(cli: OnHost, name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# Every agent's session, and pi's again with its other provider's key (its scaffold injects
+# either; with only the OpenAI key stored, pi takes OpenAI's Responses API).
+SESSIONS = {**AGENTS, "pi-openai": AgentSpec("pi", "pi", "OPENAI_API_KEY", "api.openai.com",
+                                             ("pi", "-p", "tidy up the workspace"))}
+
+
 @pytest.mark.netns
-@pytest.mark.parametrize("which", sorted(AGENTS))
+@pytest.mark.parametrize("which", sorted(SESSIONS))
 def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(user_cli, world, which):
     on_host = user_cli
-    agent = AGENTS[which]
+    agent = SESSIONS[which]
     assert installed(agent), f"{agent.binary} is not installed: run scripts/setup.sh"
     name = f"real-{which}"
     real_key, planted = fake_key(agent), planted_token()
