@@ -83,7 +83,7 @@ def measure(out_dir: Path) -> None:
             for as_user in (False, True):
                 label = label_for(name, as_user)
                 argv = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"',
-                        "sh", AGENTSEC, "blast-radius", "preset", name, "--redact",
+                        "sh", AGENTSEC, "blast-radius", "preset", name, "--redact", "--no-history",
                         "--label", label, "--out", str(out_dir), "--python", "/usr/bin/python3"]
                 if as_user:
                     argv += ["--as-user", ORDINARY_USER]
