@@ -161,8 +161,10 @@ def test_a_rootless_scaffold_cage_runs_as_the_user_and_verify_scores_it_at_most_
     assert r.returncode == 0 and "the rootless cages' holder" in r.stdout, r.stdout + r.stderr
     assert not (user.state / "rootless" / "holder.json").exists()
     for pid in (holder["keeper"], holder["holder"], holder["slirp"]):
-        # gone, or a zombie (the fake host's init, a sleep, reaps nothing)
-        gone = user.sh(f"test ! -e /proc/{pid} || grep -q '^State:.*Z' /proc/{pid}/status")
+        # gone, or a zombie (the fake host's init, a sleep, reaps nothing): prune signals them
+        # and returns; each one's exit may land a moment later
+        check = f"test ! -e /proc/{pid} || grep -q '^State:.*Z' /proc/{pid}/status"
+        gone = user.sh(f"for i in $(seq 50); do {check} && exit 0; sleep 0.1; done; exit 1")
         assert gone.returncode == 0, pid
 
 
