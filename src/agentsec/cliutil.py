@@ -15,7 +15,13 @@ from rich.console import Console
 
 from agentsec.errors import ReportError
 from agentsec.report import TEST_BLAST_RADIUS
-from agentsec.reportfile import load_report, other_document, report_kind
+from agentsec.reportfile import (
+    check_report,
+    load_report,
+    other_document,
+    read_json,
+    report_kind,
+)
 from agentsec.untrusted import clean_report, clean_text
 
 AGENTCAGE_LS_TIMEOUT_S = 3
@@ -44,9 +50,10 @@ def load_reports(paths: tuple[Path, ...] | list[Path]) -> list[dict[str, Any]]:
     passed_over: list[str] = []
     for path in paths:
         if not path.is_dir():
-            other = other_document(path)
+            document = read_json(path)  # once: what it is, then the report it may be
+            other = other_document(document)
             if other is None:
-                reports.append(clean_report(load_report(path)))
+                reports.append(clean_report(check_report(document, clean_text(str(path), 200))))
             else:
                 passed_over.append(f"{clean_text(str(path), 200)} is {other}")
             continue

@@ -141,8 +141,7 @@ def check_report(document: Any, source: str) -> dict[str, Any]:
     """``document`` as a report, or ReportError naming ``source`` and the field at fault."""
     if not isinstance(document, dict) or document.get("tool") != "agentsec":
         raise ReportError(f"{source} is not an agentsec report")
-    kind = document.get("test")
-    other = OTHER_DOCUMENTS.get(kind) if isinstance(kind, str) else None
+    other = other_document(document)
     if other is not None:
         raise ReportError(f"{source} is {other}, not a blast-radius report")
     version = document.get("schema_version")
@@ -165,11 +164,11 @@ def load_report(path: Path) -> dict[str, Any]:
     return check_report(read_json(path), clean_text(str(path), 200))
 
 
-def other_document(path: Path) -> str | None:
-    """What ``path`` is when it is one of agentsec's other documents (a matrix table), else
-    None: a report, or a file that loading as a report will say what is wrong with."""
-    kind = report_kind(path)
-    return OTHER_DOCUMENTS.get(kind) if kind is not None else None
+def other_document(document: Any) -> str | None:
+    """What a read JSON document is when it is one of agentsec's other documents (a matrix
+    table), else None: a report, or one that checking as a report will say what is wrong with."""
+    kind = document.get("test") if isinstance(document, dict) else None
+    return OTHER_DOCUMENTS.get(kind) if isinstance(kind, str) else None
 
 
 def report_kind(path: Path) -> str | None:
