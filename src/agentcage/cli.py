@@ -755,6 +755,93 @@ def prune(yes: bool, as_json: bool) -> None:
     out.print(f"removed: {', '.join(removed)}" if removed else "nothing to prune")
 
 
+# ---- export -----------------------------------------------------------------------------------
+
+@cli.group("export")
+def export_group() -> None:
+    """The cage as another system's objects."""
+
+
+@export_group.command("k8s")
+@click.argument("name", required=False, shell_complete=complete_cages)
+@click.option("--config", "-c", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="export this cage.yaml instead of a cage")
+@click.option("--form", type=click.Choice(["pod", "deployment", "agent-sandbox"]),
+              default="pod", show_default=True,
+              help="a Pod, a Deployment, or agent-sandbox's SandboxTemplate, WarmPool, Claim")
+@click.option("--output", "-o", metavar="DIR",
+              help="where the files go (default ./agentcage-NAME-k8s); - prints one stream")
+@click.option("--namespace", "-n", help="the objects' Kubernetes namespace")
+@click.option("--gateway-image", metavar="IMAGE",
+              help="the gateway's image (default localhost/agentcage-gateway:VERSION, built "
+                   "from images/gateway/Containerfile)")
+@click.option("--with-secrets", is_flag=True,
+              help="write the cage's stored keys into the Secret (a file only you can read)")
+@JSON_FLAG
+def export_k8s(name: str | None, config_path: Path | None, form: str, output: str | None,
+               namespace: str | None, gateway_image: str | None, with_secrets: bool,
+               as_json: bool) -> None:
+    """A cage (NAME, or -c cage.yaml) as Kubernetes objects: the agent's container, the gateway
+    as its sidecar, the pod's network fenced to the gateway, a NetworkPolicy. Apply them with
+    `kubectl apply -f DIR`."""
+    from agentcage.kube import export as kube
+    from agentcage.kube import layout
+
+    if (name is None) == (config_path is None):
+        raise ConfigError("name a cage, or give -c cage.yaml (one of them)")
+    if output == "-" and as_json:
+        raise ConfigError("-o - prints the objects themselves; --json describes written files")
+    staged = None
+    if config_path is not None:
+        if with_secrets:
+            raise ConfigError("--with-secrets needs a cage's NAME: its store holds the values")
+        from agentcage.config.load import load_config
+
+        spec, base = load_config(config_path).spec(), config_path.resolve().parent
+    else:
+        assert name is not None
+        from agentcage.cages import stored_spec
+        from agentcage.state import StateStore
+
+        cage = StateStore().cage(name)
+        if not cage.exists():
+            raise StateError(f"no cage named {name!r}; see `agentcage ls`")
+        spec, base = stored_spec(cage), cage.root
+        if with_secrets:
+            from agentcage.secrets.cage import staged_for
+
+            staged = staged_for(cage, spec.secrets_backend, spec.allow_plaintext)
+    result = kube.export(spec, form, base=base, namespace=namespace, staged=staged,
+                         gateway_image=gateway_image or layout.GATEWAY_IMAGE)
+    create_secret = kube.secret_command(result.exported, spec, namespace)
+    if output == "-":
+        sys.stdout.write(kube.to_yaml(result.exported.objects))
+        paths: list[Path] = []
+    else:
+        paths = kube.write(result.exported, Path(output or f"agentcage-{spec.name}-k8s"))
+    for note in result.notes:
+        err.print(f"note: {note}", markup=False)
+    if as_json:
+        from agentcage.output import document
+
+        _emit(document("exported", cage=spec.name, form=form,
+                       files=[str(p) for p in paths],
+                       objects=[{"kind": o["kind"], "name": o["metadata"]["name"]}
+                                for o in result.exported.objects],
+                       keys_secret=result.exported.keys_secret,
+                       keys_included=result.exported.keys_included,
+                       create_secret=create_secret, notes=list(result.notes)))
+        return
+    if paths:
+        for path in paths:
+            out.print(f"wrote {path}", markup=False)
+    if create_secret:
+        err.print(f"the gateway needs its keys' Secret before the pod starts: {create_secret}",
+                  markup=False)
+    if paths:
+        out.print(f"apply: kubectl apply -f {paths[0].parent}", markup=False)
+
+
 # ---- the gateway zygote -----------------------------------------------------------------------
 
 @cli.group()

@@ -236,6 +236,10 @@ def cage_environment(
     return tuple(sorted(env.items()))
 
 
+# A project's places that would run code on the host or steer an agent: hidden in the cage
+PIVOT_MASKS = (".git/hooks", ".claude")
+
+
 def pivot_masks(project: Path, target: str = WORKSPACE
                 ) -> tuple[list[str], list[tuple[str, str]]]:
     """(dirs to hide behind tmpfs, files to re-bind read-only) for a writable project mount.
@@ -244,7 +248,7 @@ def pivot_masks(project: Path, target: str = WORKSPACE
     the host. A symlink is never followed (it could point anywhere on the host): it raises.
     """
     masks, read_only = [], []
-    for rel in (".git/hooks", ".claude"):
+    for rel in PIVOT_MASKS:
         host = project / rel
         if host.is_symlink():
             raise ValueError(f"{host} is a symlink; refusing to mount a project that redirects it")

@@ -411,7 +411,8 @@ def run(settings_path: Path, wait: float, t0: float | None = None, ca=None) -> i
     uplink_fd = os.open(settings.uplink_netns or "/proc/thread-self/ns/net",
                         os.O_RDONLY | os.O_CLOEXEC)
     try:
-        enter_namespace(settings.netns)
+        if settings.netns:  # "": stay (a pod's gateway: the pod's namespace is the cage's)
+            enter_namespace(settings.netns)
     except BaseException:
         os.close(uplink_fd)
         raise

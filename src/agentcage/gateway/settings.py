@@ -18,7 +18,7 @@ SINKHOLE_ADDRESS = "198.51.100.1"  # RFC 5737 TEST-NET-2: never routed
 @dataclass(frozen=True)
 class GatewaySettings:
     cage_name: str
-    netns: str  # the gateway namespace: entered before any socket is opened
+    netns: str  # the gateway namespace, entered before any socket is opened ("" = stay: a pod)
     cage_iface: str  # the gateway's end of the veth to the cage
     gateway_address: str  # gateway address on the cage link; allowed names resolve to it
     cage_network: str  # CIDR of the cage link

@@ -93,7 +93,9 @@ class Uplink:
         return cls(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
 
     def _join(self) -> None:
-        os.setns(self._netns_fd, os.CLONE_NEWNET)
+        # A pod's gateway is in its uplink already (and has no capability to setns at all)
+        if os.stat("/proc/thread-self/ns/net").st_ino != self._target:
+            os.setns(self._netns_fd, os.CLONE_NEWNET)
         self._route_sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
         self._route_sock.settimeout(2)
 
