@@ -777,10 +777,14 @@ def export_group() -> None:
                    "from images/gateway/Containerfile)")
 @click.option("--with-secrets", is_flag=True,
               help="write the cage's stored keys into the Secret (a file only you can read)")
+@click.option("--seccomp", type=click.Choice(["agentcage", "runtime-default"]),
+              default="agentcage", show_default=True,
+              help="the agent's seccomp profile: the cage's own (a file each node needs) or "
+                   "the runtime's")
 @JSON_FLAG
 def export_k8s(name: str | None, config_path: Path | None, form: str, output: str | None,
                namespace: str | None, gateway_image: str | None, with_secrets: bool,
-               as_json: bool) -> None:
+               seccomp: str, as_json: bool) -> None:
     """A cage (NAME, or -c cage.yaml) as Kubernetes objects: the agent's container, the gateway
     as its sidecar, the pod's network fenced to the gateway, a NetworkPolicy. Apply them with
     `kubectl apply -f DIR`."""
@@ -812,7 +816,7 @@ def export_k8s(name: str | None, config_path: Path | None, form: str, output: st
 
             staged = staged_for(cage, spec.secrets_backend, spec.allow_plaintext)
     result = kube.export(spec, form, base=base, namespace=namespace, staged=staged,
-                         gateway_image=gateway_image or layout.GATEWAY_IMAGE)
+                         gateway_image=gateway_image or layout.GATEWAY_IMAGE, seccomp=seccomp)
     create_secret = kube.secret_command(result.exported, spec, namespace)
     if output == "-":
         sys.stdout.write(kube.to_yaml(result.exported.objects))
@@ -830,11 +834,19 @@ def export_k8s(name: str | None, config_path: Path | None, form: str, output: st
                                 for o in result.exported.objects],
                        keys_secret=result.exported.keys_secret,
                        keys_included=result.exported.keys_included,
-                       create_secret=create_secret, notes=list(result.notes)))
+                       create_secret=create_secret, notes=list(result.notes),
+                       node_files=sorted(result.exported.node_files)))
         return
     if paths:
         for path in paths:
             out.print(f"wrote {path}", markup=False)
+    if seccomp == "agentcage":
+        from agentcage.kube.seccomp import KUBELET_PATH, PROFILE
+
+        where = (f"{paths[0].parent}/seccomp/{PROFILE}" if paths
+                 else "`agentcage export k8s ... -o DIR`")
+        err.print(f"every node that runs the pod needs the agent's seccomp profile at "
+                  f"{KUBELET_PATH}: it is {where}", markup=False)
     if create_secret:
         err.print(f"the gateway needs its keys' Secret before the pod starts: {create_secret}",
                   markup=False)

@@ -67,16 +67,24 @@ def _upstream_ca(spec: CageSpec, base: Path) -> bytes:
     return b"\n".join(parts)
 
 
+SECCOMP_CHOICES = ("agentcage", "runtime-default")
+
+
 def export(spec: CageSpec, form: str, *, base: Path, gateway_image: str = layout.GATEWAY_IMAGE,
-           namespace: str | None = None, staged: tuple | None = None) -> ExportResult:
+           namespace: str | None = None, staged: tuple | None = None,
+           seccomp: str = "agentcage") -> ExportResult:
     """The cage's objects. `staged`: the stored secrets (StagedSecret) to write into the
-    Secret; None mints placeholders and leaves the Secret to the user."""
+    Secret; None mints placeholders and leaves the Secret to the user. `seccomp`: the
+    agent's profile, the cage's own ("agentcage", a file for the nodes) or the runtime's."""
     from agentcage import policy as policyfile
     from agentcage.secrets.placeholders import mint
 
     if form not in FORMS:
         raise ConfigError(f"unknown form {form!r}: use one of {', '.join(FORMS)}")
     check_exportable(spec)
+    if seccomp not in SECCOMP_CHOICES:
+        raise ConfigError(f"unknown seccomp profile {seccomp!r}: use one of "
+                          f"{', '.join(SECCOMP_CHOICES)}")
     key_values = None
     if staged is None:
         placeholders = {env: str(mint(env)) for env in spec.secret_env}
@@ -90,8 +98,12 @@ def export(spec: CageSpec, form: str, *, base: Path, gateway_image: str = layout
         key_values = {env: by_env[env].value for env in spec.secret_env}
     doc = policyfile.document_from_domains(spec.domain_mode, list(spec.allow), list(spec.block))
     policyfile.compile_document(doc)  # never export what the gateway would refuse
+    notes = _notes(spec)
+    if seccomp == "runtime-default":
+        notes.append("seccomp runtime-default: new user namespaces in the agent's container "
+                     "are the runtime's to refuse (containerd's profile does, CRI-O's does not)")
     inputs = PodInputs(spec, gateway_image, placeholders, has_keys=bool(spec.secret_env),
-                       notes=_notes(spec))
+                       seccomp=seccomp, notes=notes)
     exported = export_objects(inputs, form, doc, upstream_ca=_upstream_ca(spec, base),
                               key_values=key_values, namespace=namespace)
     return ExportResult(exported, tuple(inputs.notes))
@@ -137,6 +149,12 @@ def write(exported: Exported, out_dir: Path) -> list[Path]:
             f.write(to_yaml((obj,)))
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+        written.append(path)
+    # in a directory below: `kubectl apply -f DIR` (not recursive) reads only the objects
+    for relative, text in exported.node_files.items():
+        path = out_dir / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
         written.append(path)
     return written
 

@@ -31,6 +31,7 @@ FILES_DIR = "/etc/agentcage/files"  # container.files and seed files, for the se
 SETTINGS_KEY = "settings.json"
 POLICY_KEY = "policy.json"
 RULESET_KEY = "pod.nft"
+NETFILTER_KEY = "netfilter.sh"  # the init container's command: the ruleset and resolvers
 PLACEHOLDERS_KEY = "placeholders.json"
 
 READY_FILE = "ready"

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentcage import __version__
-from agentcage.kube import layout
+from agentcage.kube import layout, seccomp
 from agentcage.kube.pod import PodInputs, file_contents, pod_spec
-from agentcage.kube.podnet import render_ruleset
+from agentcage.kube.podnet import NETFILTER_SCRIPT, render_ruleset
 
 FORMS = ("pod", "deployment", "agent-sandbox")
 SANDBOX_GROUP = "extensions.agents.x-k8s.io/v1beta1"
@@ -31,6 +31,7 @@ class Exported:
     objects: tuple[dict, ...]
     keys_secret: str | None  # the Secret the gateway needs (None: the cage has no secrets)
     keys_included: bool  # its values are among the objects (else the user creates it)
+    node_files: dict[str, str]  # what the nodes need, not the API server: path -> text
 
 
 def _metadata(name: str, cage: str, namespace: str | None) -> dict:
@@ -66,6 +67,7 @@ def gateway_config(inputs: PodInputs, name: str, namespace: str | None,
         layout.SETTINGS_KEY: json.dumps(decided_settings(inputs), indent=2, sort_keys=True),
         layout.POLICY_KEY: json.dumps(policy, indent=2, sort_keys=True),
         layout.RULESET_KEY: render_ruleset(spec.tcp_ports),
+        layout.NETFILTER_KEY: NETFILTER_SCRIPT,
         layout.PLACEHOLDERS_KEY: json.dumps(inputs.placeholders, indent=2, sort_keys=True),
     }
     if upstream_ca:
@@ -165,5 +167,7 @@ def export_objects(inputs: PodInputs, form: str, policy: dict, *, upstream_ca: b
     if form != "agent-sandbox":
         objects.append(network_policy(spec.name, names["network"], namespace, spec.tcp_ports))
     objects += workload(form, inputs, names, namespace)
+    node_files = ({f"seccomp/{seccomp.PROFILE}": seccomp.profile_text()}
+                  if inputs.seccomp == "agentcage" else {})
     return Exported(tuple(objects), names["keys"] if inputs.has_keys else None,
-                    inputs.has_keys and key_values is not None)
+                    inputs.has_keys and key_values is not None, node_files)

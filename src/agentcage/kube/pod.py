@@ -18,7 +18,7 @@ from typing import Any
 
 from agentcage.backends.sandbox import PIVOT_MASKS, WORKSPACE, cage_environment
 from agentcage.config.spec import CageSpec
-from agentcage.kube import layout
+from agentcage.kube import layout, seccomp
 
 DROP_ALL = {"drop": ["ALL"]}
 RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
@@ -30,6 +30,7 @@ class PodInputs:
     gateway_image: str
     placeholders: dict[str, str]  # ENV -> placeholder (what the agent's container holds)
     has_keys: bool  # the cage has secrets: the gateway mounts the keys' Secret
+    seccomp: str = "agentcage"  # the agent's profile: "agentcage" (seccomp.py) or "runtime-default"
     notes: list[str] = field(default_factory=list)  # what changed on the way into a pod
 
 
@@ -72,7 +73,9 @@ def _agent_volumes(inputs: PodInputs) -> tuple[list[dict], list[dict]]:
         for i, path in enumerate(PIVOT_MASKS):
             name = _volume_name(i, "mask")
             volumes.append({"name": name, "emptyDir": {}})
-            mounts.append({"name": name, "mountPath": f"{WORKSPACE}/{path}"})
+            # read-only and empty: the agent plants no hook and no agent settings there
+            # (clone a repository into a directory below /workspace, not into it)
+            mounts.append({"name": name, "mountPath": f"{WORKSPACE}/{path}", "readOnly": True})
     return volumes, mounts
 
 
@@ -80,6 +83,12 @@ def _agent_env(inputs: PodInputs) -> list[dict]:
     proxy = f"http://{layout.LOOPBACK}:{layout.PROXY_PORT}"
     user = {**dict(inputs.spec.env), **inputs.placeholders}
     return [{"name": k, "value": v} for k, v in cage_environment(proxy, user, "xterm-256color")]
+
+
+def agent_seccomp(inputs: PodInputs) -> dict:
+    if inputs.seccomp == "agentcage":
+        return {"type": "Localhost", "localhostProfile": seccomp.PROFILE}
+    return RUNTIME_DEFAULT
 
 
 def _resources(spec: CageSpec) -> dict:
@@ -111,7 +120,7 @@ def agent_container(inputs: PodInputs, mounts: list[dict]) -> dict:
             "privileged": False,
             "readOnlyRootFilesystem": not spec.writable_root,
             "capabilities": DROP_ALL,
-            "seccompProfile": RUNTIME_DEFAULT,
+            "seccompProfile": agent_seccomp(inputs),
         },
         "volumeMounts": [*mounts, {"name": "cage-ca", "mountPath": layout.AGENT_PUBLIC_DIR,
                                    "readOnly": True}],
@@ -123,12 +132,13 @@ def agent_container(inputs: PodInputs, mounts: list[dict]) -> dict:
 
 
 def netfilter_container(gateway_image: str) -> dict:
-    """Loads podnet.py's ruleset, then ends: the one container with a capability (NET_ADMIN,
-    over the pod's own network namespace), and it runs before the agent's exists."""
+    """Loads podnet.py's ruleset and the pod's resolvers, then ends: the one container with a
+    capability (NET_ADMIN, over the pod's own network namespace), and it runs before the
+    agent's exists."""
     return {
         "name": "netfilter",
         "image": gateway_image,
-        "command": ["nft", "-f", f"{layout.CONFIG_DIR}/{layout.RULESET_KEY}"],
+        "command": ["/bin/sh", f"{layout.CONFIG_DIR}/{layout.NETFILTER_KEY}"],
         "securityContext": {
             "runAsUser": 0,
             "runAsNonRoot": False,

@@ -6,7 +6,9 @@ Istio's init container does: the gateway's uid alone may send a packet anywhere 
 pod's own loopback. Everything else is redirected or dropped before it leaves:
 - TCP to the cage's ports (80, 443, and those cage.yaml allows) is redirected to the gateway's
   transparent port, whatever its address (also when a program ignores the proxy variables);
-- DNS (UDP and TCP 53) is redirected to the gateway's resolver, whatever server it was for;
+- DNS (UDP and TCP 53) to the pod's resolvers (its /etc/resolv.conf: the cluster's DNS, added
+  to the `resolvers` set by the init container's script, NETFILTER_SCRIPT) is redirected to the
+  gateway's resolver; DNS to any other server is dropped, as any other packet;
 - on loopback, the gateway's transparent port accepts only redirected connections (which
   the output hook still sees with their first interface: nft's `oif` is fixed before the
   redirect, so they are told by their new address and conntrack's dnat status);
@@ -35,11 +37,15 @@ delete table inet {TABLE}
 table inet {TABLE} {{
 {counters}
 
+  set resolvers {{
+    type ipv4_addr
+  }}
+
   chain to_gateway {{
     type nat hook output priority -100; policy accept;
     meta skuid {gw} return
-    meta nfproto ipv4 udp dport 53 redirect to :{layout.DNS_PORT}
-    meta nfproto ipv4 tcp dport 53 redirect to :{layout.DNS_PORT}
+    ip daddr @resolvers udp dport 53 redirect to :{layout.DNS_PORT}
+    ip daddr @resolvers tcp dport 53 redirect to :{layout.DNS_PORT}
     meta nfproto ipv4 tcp dport {ports} redirect to :{layout.TRANSPARENT_PORT}
   }}
 
@@ -76,4 +82,18 @@ table inet {TABLE} {{
     counter name cage_other drop
   }}
 }}
+"""
+
+
+# The init container's command: the ruleset, then the pod's resolvers into its set. The pod's
+# resolv.conf is known only in the pod (a cluster's DNS address is the cluster's), so it is
+# read there. A resolv.conf naming none leaves the set empty: the agent's DNS then fails
+# (closed), it never leaves.
+NETFILTER_SCRIPT = f"""#!/bin/sh
+set -eu
+nft -f "$(dirname "$0")/{layout.RULESET_KEY}"
+for server in $(awk '$1 == "nameserver" && $2 ~ /^[0-9.]+$/ {{ print $2 }}' /etc/resolv.conf)
+do
+  nft add element inet {TABLE} resolvers "{{ $server }}"
+done
 """

@@ -109,19 +109,20 @@ def gateway_settings(config_dir: Path, state_dir: Path, audit_dir: Path, secrets
         if not decided["dns_servers"]:
             raise SidecarError(f"no upstream DNS server: {resolv_conf} names none and the "
                                "cage's dns_servers is empty")
+    private = state_dir / "private"
     paths = {
         "policy_path": str(config_dir / layout.POLICY_KEY),
-        "policy_ack_path": str(state_dir / "policy.ack"),
+        "policy_ack_path": str(private / "policy.ack"),
         "audit_path": str(audit_dir / "audit.jsonl"),
         "capture_path": str(audit_dir / "capture.jsonl"),
         "ready_path": str(state_dir / layout.READY_FILE),
-        "confdir": str(state_dir / "ca"),
+        "confdir": str(private / "ca"),
         "upstream_ca_path": str(upstream_ca),
         "secrets_path": str(secrets_path),
-        "reload_ack_path": str(state_dir / "secrets.ack"),
-        "grants_path": str(state_dir / "grants.json"),
-        "control_dir": str(state_dir / "control"),
-        "watcher_path": str(state_dir / "watcher.json"),
+        "reload_ack_path": str(private / "secrets.ack"),
+        "grants_path": str(private / "grants.json"),
+        "control_dir": str(private / "control"),
+        "watcher_path": str(private / "watcher.json"),
     }
     try:
         return GatewaySettings.from_json(json.dumps({
@@ -161,7 +162,15 @@ def prepare(config_dir: Path, keys_dir: Path, state_dir: Path, audit_dir: Path,
 
     placeholders = _read_json(config_dir / layout.PLACEHOLDERS_KEY)
     staged = staged_secrets(placeholders, keys_dir) if placeholders else ()
-    secrets_path = state_dir / "secrets.json"
+    # The volume is the kubelet's (root's, mode 0777): what only this uid may read goes into
+    # a directory of its own in it
+    private = state_dir / "private"
+    try:
+        private.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(private, 0o700)
+    except OSError as e:
+        raise SidecarError(f"cannot make {private}: {e.strerror}") from None
+    secrets_path = private / "secrets.json"
     try:
         stage(staged, secrets_path)
     except StagingError as e:
@@ -170,12 +179,11 @@ def prepare(config_dir: Path, keys_dir: Path, state_dir: Path, audit_dir: Path,
     extra = config_dir / UPSTREAM_CA_KEY
     if extra.exists():
         upstream += b"\n" + extra.read_bytes()
-    upstream_ca = state_dir / "upstream-ca.pem"
+    upstream_ca = private / "upstream-ca.pem"
     _write(upstream_ca, upstream, 0o600)
-    for directory in (audit_dir, state_dir / "control"):
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (private / "control").mkdir(mode=0o700, exist_ok=True)
     settings = gateway_settings(config_dir, state_dir, audit_dir, secrets_path, upstream_ca)
-    settings_path = state_dir / "gateway.json"
+    settings_path = private / "gateway.json"
     _write(settings_path, settings.to_json().encode(), 0o600)
     ca = make_ca()
     try:
@@ -206,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                                                 args.public, args.system_bundle)
     except SidecarError as e:
         print(f"agentcage gateway: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a volume not mounted as the pod says, or not writable
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"agentcage gateway: {e.strerror or e}{where}", file=sys.stderr)
         return 1
     stop = threading.Event()
     follower = threading.Thread(target=follow, args=(audit_path, sys.stdout, stop),

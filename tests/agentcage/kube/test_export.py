@@ -110,9 +110,12 @@ def test_the_agent_is_confined_and_only_the_gateway_holds_the_keys(form):
     assert env["API_KEY"].startswith("agentcage:secret:API_KEY:")
     assert env["HTTPS_PROXY"] == f"http://127.0.0.1:{layout.PROXY_PORT}"
     assert env["SSL_CERT_FILE"].startswith(layout.AGENT_PUBLIC_DIR + "/")
+    assert sc["seccompProfile"] == {"type": "Localhost",
+                                    "localhostProfile": "agentcage/agent-v1.json"}
     mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
     assert mounts[layout.AGENT_PUBLIC_DIR]["readOnly"] is True
-    assert "/workspace/.git/hooks" in mounts and "/workspace/.claude" in mounts
+    assert mounts["/workspace/.git/hooks"]["readOnly"] is True
+    assert mounts["/workspace/.claude"]["readOnly"] is True
     init = {c["name"]: c for c in spec["initContainers"]}
     assert list(init)[:2] == ["netfilter", "gateway"]  # the fence first, then the gateway
     assert init["gateway"]["restartPolicy"] == "Always"  # a native sidecar
@@ -195,13 +198,17 @@ def test_the_command_writes_numbered_files_says_what_to_do_and_prints_json(tmp_p
     r = agentcage("export", "k8s", "-c", "cage.yaml", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out_dir = tmp_path / "agentcage-kcage-k8s"
-    files = sorted(p.name for p in out_dir.iterdir())
+    files = sorted(p.name for p in out_dir.glob("*.yaml"))
     assert files[0].startswith("01-configmap-") and files[-1] == "04-pod-agentcage-kcage.yaml"
     assert f"apply: kubectl apply -f {out_dir.name}" in r.stdout
+    # the seccomp profile, for the nodes: below the objects (kubectl apply -f is not recursive)
+    profile = out_dir / "seccomp" / "agentcage" / "agent-v1.json"
+    assert json.loads(profile.read_text())["defaultAction"] == "SCMP_ACT_ALLOW"
+    assert "/var/lib/kubelet/seccomp/agentcage/agent-v1.json" in r.stderr
     # the Secret is not written without --with-secrets: the command to make it is said
     assert "kubectl create secret generic agentcage-kcage-keys --from-file=API_KEY=" in r.stderr
     assert "host directory . is an empty volume at /workspace" in r.stderr
-    for path in out_dir.iterdir():
+    for path in out_dir.glob("*.yaml"):
         for obj in yaml.safe_load_all(path.read_text()):
             validate(obj)
     r = agentcage("export", "k8s", "-c", "cage.yaml", "--form", "agent-sandbox", "-o", "-",
@@ -213,7 +220,8 @@ def test_the_command_writes_numbered_files_says_what_to_do_and_prints_json(tmp_p
     r = agentcage("export", "k8s", "-c", "cage.yaml", "--json", "-o", "j", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["form"] == "pod" and len(doc["files"]) == 4
+    assert doc["form"] == "pod" and len(doc["files"]) == 5
+    assert doc["node_files"] == ["seccomp/agentcage/agent-v1.json"]
     assert doc["keys_secret"] == "agentcage-kcage-keys" and doc["keys_included"] is False
     assert all(Path(tmp_path, f).exists() for f in doc["files"])
 
@@ -249,3 +257,21 @@ def test_secret_files_are_mode_0600(tmp_path):
     paths = write(result.exported, tmp_path / "out")
     modes = {p.name.split("-")[1]: stat.S_IMODE(p.stat().st_mode) for p in paths}
     assert modes["secret"] == 0o600 and modes["pod"] == 0o644
+
+
+def test_the_seccomp_profile_refuses_what_a_cage_refuses_and_runtime_default_is_a_choice():
+    from agentcage.backends.seccomp import DENIED
+    from agentcage.kube.seccomp import CLONE_NEWUSER, profile
+
+    rules = profile()["syscalls"]
+    denied = set(rules[0]["names"])
+    assert denied == set(DENIED) and rules[0]["errnoRet"] == 1
+    by_name = {r["names"][0]: r for r in rules[1:]}
+    assert by_name["unshare"]["args"][0]["value"] == CLONE_NEWUSER
+    assert by_name["clone"]["args"][0]["op"] == "SCMP_CMP_MASKED_EQ"
+    assert by_name["clone3"]["errnoRet"] == 38  # ENOSYS: libc falls back to clone
+    result = export(spec_of(), "pod", base=Path("/"), seccomp="runtime-default")
+    (agent,) = pod_spec_of(result.exported.objects)["containers"]
+    assert agent["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert result.exported.node_files == {}
+    assert any("runtime's to refuse" in note for note in result.notes)

@@ -1,0 +1,182 @@
+"""The exported Pod run as containers, with podman's own pod commands (podman_pod.py says why
+not `podman kube play`), in a network namespace linked to the fake internet: the agent's
+container is a real container (its own root, the exported uid, no capability), beside the
+gateway's sidecar, behind the netfilter init container's ruleset. What is asserted is what a
+person running the pod would check: the key stays with the gateway, refusals are refused and
+audited, ignoring the proxy changes nothing, and the probe run in the agent's container
+(`podman exec`) measures what a cage on one host on the same image is held to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentcage.config.load import load_config_text
+from agentcage.kube.export import export
+from agentsec import service
+from agentsec.report import Target
+from agentsec.runner import run_probe
+from tests.agentcage.kube.podman_pod import PodmanPod, ensure_gateway_image, exported_files
+from tests.integration.podman_world import IMAGE, podman_world
+
+pytestmark = pytest.mark.netns
+
+ENV = "CANARY_TOKEN"
+VALUE = "cnry-" + secrets.token_hex(20)
+ALLOWED, BLOCKED = "api.example.test", "blocked.example.test"
+# what a cage on one host on this image must not show (test_images_world.py)
+FORBIDDEN = {"NET-001", "NET-002", "PRIV-001", "PRIV-002", "PRIV-003", "FS-001", "FS-002",
+             "PERS-005", "SEC-001", "SEC-005"}
+
+
+def cage_text(net) -> str:
+    return f"""
+name: podmancage
+container:
+  image: {IMAGE}
+  user: "1000:1000"
+  command: ["/bin/sh"]
+domains: {{mode: allowlist, allow: [{ALLOWED}]}}
+gateway:
+  trusted_networks: [10.200.0.0/16]
+  upstream_ca_files: [{net.ca_cert_path}]
+secret_injection:
+  - env: {ENV}
+    inject_to: [{ALLOWED}]
+"""
+
+
+@pytest.fixture(scope="module")
+def pod(net) -> Iterator[tuple[PodmanPod, dict[str, str]]]:
+    from agentcage.secrets.placeholders import mint
+    from agentcage.secrets.staging import StagedSecret
+
+    with podman_world() as world:
+        pass  # the base images, built if missing
+    gateway_image = ensure_gateway_image(world)
+    spec = load_config_text(cage_text(net)).spec()
+    staged = (StagedSecret(ENV, mint(ENV), VALUE.encode()),)
+    result = export(spec, "pod", base=Path("/"), staged=staged, gateway_image=gateway_image)
+    (obj,) = [o for o in result.exported.objects if o["kind"] == "Pod"]
+    env = {e["name"]: e["value"] for e in obj["spec"]["containers"][0]["env"]}
+    netns = net.add_client().netns
+    with podman_world() as world:
+        running = PodmanPod(world, f"kp{secrets.token_hex(3)}", obj["spec"],
+                            exported_files(result.exported.objects), netns, net.dns_address,
+                            gateway_image, result.exported.node_files)
+        try:
+            running.start()
+            yield running, env
+        finally:
+            running.close()
+
+
+FETCH = """
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1], headers={"x-api-key": sys.argv[2]})
+try:
+    status = urllib.request.urlopen(req, timeout=15).status
+except Exception as e:
+    status = getattr(e, "code", None) or type(e).__name__
+print(json.dumps(status))
+"""
+
+
+def fetch(pod: PodmanPod, url: str, key: str) -> object:
+    r = pod.exec("agent", "python3", "-c", FETCH, url, key)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_the_agents_container_is_confined_as_exported(pod):
+    running, _env = pod
+    r = running.exec("agent", "sh", "-c", "id -u; grep CapEff /proc/self/status; "
+                     "touch /usr/x 2>&1; cat /run/agentcage/ca.pem | head -1; ls /run/secrets")
+    lines = r.stdout.splitlines()
+    assert lines[0] == "1000"
+    assert lines[1].split()[1] == "0000000000000000"
+    assert "Read-only file system" in lines[2]
+    assert lines[3] == "-----BEGIN CERTIFICATE-----"
+    assert "No such file" in r.stdout + r.stderr  # no Secret in the agent's container
+
+
+def test_through_the_proxy_the_key_is_swapped_and_refusals_are_audited(pod, net):
+    running, env = pod
+    placeholder = env[ENV]
+    marker = secrets.token_hex(6)
+    assert fetch(running, f"https://{ALLOWED}/{marker}", placeholder) == 200
+    (seen,) = [q for q in net.http_requests() if q["path"] == f"/{marker}"]
+    assert seen["headers"].get("x-api-key") == VALUE
+    assert fetch(running, f"https://{BLOCKED}/{marker}", placeholder) != 200
+    assert not [q for q in net.http_requests() if q["host"] == BLOCKED and marker in q["path"]]
+    def refusal_logged() -> bool:  # the audit, as `kubectl logs -c gateway` shows it
+        r = running.world.podman("logs", f"{running.name}-gateway")
+        return any(a.get("host") == BLOCKED and a["decision"] == "blocked"
+                   for a in (json.loads(line) for line in r.stdout.splitlines()
+                             if line.startswith("{")))
+
+    deadline = time.monotonic() + 10
+    while not refusal_logged() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert refusal_logged()
+
+
+def test_without_the_proxy_the_gateway_still_decides(pod, net):
+    running, env = pod
+    marker = secrets.token_hex(6)
+    code = f"""
+import json, socket, ssl
+ctx = ssl.create_default_context(cafile="/run/agentcage/ca-bundle.pem")
+out = {{}}
+for host in ({ALLOWED!r}, {BLOCKED!r}):
+    try:
+        raw = socket.create_connection(({net.address_of(ALLOWED)!r}, 443), timeout=10)
+        tls = ctx.wrap_socket(raw, server_hostname=host)
+        tls.sendall(("GET /{marker}-" + host + " HTTP/1.1\\r\\nHost: " + host +
+                     "\\r\\nx-api-key: {env[ENV]}\\r\\nConnection: close\\r\\n\\r\\n").encode())
+        out[host] = tls.recv(64).decode(errors="replace").split("\\r\\n")[0]
+    except OSError as e:
+        out[host] = type(e).__name__
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect(({net.address_of(ALLOWED)!r}, 9999)); out["9999"] = "connected"
+except OSError as e:
+    out["9999"] = type(e).__name__
+print(json.dumps(out))
+"""
+    r = running.exec("agent", "python3", "-c", code)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out[ALLOWED].startswith("HTTP/1.1 200"), out
+    (seen,) = [q for q in net.http_requests() if q["path"] == f"/{marker}-{ALLOWED}"]
+    assert seen["headers"].get("x-api-key") == VALUE
+    assert not out[BLOCKED].startswith("HTTP/1.1 200"), out
+    assert not [q for q in net.http_requests() if q["path"] == f"/{marker}-{BLOCKED}"]
+    assert out["9999"] != "connected"
+
+
+def test_the_probe_in_the_agents_container_scores_as_a_cage_on_one_host(pod, net):
+    running, _env = pod
+    # In a cluster the pod's resolver is the cluster's DNS, and the probe's UDP target a
+    # public resolver; here the fake internet has one, the pod's: the probe is pointed at
+    # another address of the fake internet (DNS to it must not be answered, as to 8.8.8.8)
+    targets = json.loads(net.add_client().probe_targets_file.read_text())
+    assert targets["udp_dns"] == f"{net.dns_address}:53"
+    targets["udp_dns"] = f"{net.address_of(BLOCKED)}:53"
+    prefix = ["podman", "exec", "-i", "-e", f"AGENTSEC_PROBE_TARGETS={json.dumps(targets)}",
+              "-e", f"HOSTNAME={running.name}", f"{running.name}-agent"]
+    run = run_probe(prefix, python="python3", env={**os.environ, **running.world.env})
+    report = service.score(run.output, label="pod", rc=run.rc, redact=False,
+                           target=Target(kind="command", how="podman pod, exported"))
+    found = {f["id"] for f in report["summary"]["findings"]}
+    axes = report["summary"]["axes"]
+    assert all(axis["state"] != "not_measured" for axis in axes.values()), axes
+    assert not found & FORBIDDEN, sorted(found)
+    assert report["summary"]["score"] <= 8, (report["summary"]["score"], sorted(found))
