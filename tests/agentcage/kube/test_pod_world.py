@@ -34,6 +34,7 @@ pytestmark = pytest.mark.netns
 ENV = "CANARY_TOKEN"
 VALUE = "cnry-" + secrets.token_hex(20)  # the real key: only the gateway's container has it
 ALLOWED, BLOCKED = "api.example.test", "blocked.example.test"
+GRANTABLE = "allowed.example.test"  # not in the allowlist; the policy API may grant it
 
 
 def cage_text(net) -> str:
@@ -51,6 +52,7 @@ gateway:
 secret_injection:
   - env: {ENV}
     inject_to: [{ALLOWED}]
+policy_api: {{grantable: [{GRANTABLE}], deciders: [rules]}}
 """
 
 
@@ -264,3 +266,25 @@ print(json.dumps(out))
                       "-c", f"import socket; socket.create_connection(({target!r}, 9999), 3)"],
                      capture_output=True, text=True, timeout=20)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_agent_asks_the_policy_api_for_a_host_and_its_grant_holds_in_the_pod(pod, net):
+    """As on one host: refused first; asked at agentcage.local (through the proxy, as the
+    agent's environment sends it), granted by the rules within the ceiling, then reached;
+    each step audited."""
+    marker = secrets.token_hex(6)
+    assert pod.agent([*CURL, f"https://{GRANTABLE}/{marker}-before"]).stdout != "200"
+    r = pod.agent(["curl", "-sS", "-m", "15", "-X", "POST", "-H",
+                   "content-type: application/json", "-d",
+                   json.dumps({"domain": GRANTABLE, "reason": "tests fetch from it",
+                               "ttl_seconds": 600}),
+                   "https://agentcage.local/v1/allowlist/requests"])
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["status"] == "granted" and answer["decided_by"] == "rules", answer
+    after = pod.agent([*CURL, f"https://{GRANTABLE}/{marker}-after"])
+    assert after.stdout == "200", after.stderr
+    assert [q for q in net.http_requests() if q["path"] == f"/{marker}-after"]
+    assert not [q for q in net.http_requests() if q["path"] == f"/{marker}-before"]
+    policy = [a for a in pod.audit() if a["direction"] == "policy"]
+    assert any(a.get("host") == GRANTABLE or GRANTABLE in json.dumps(a) for a in policy)
