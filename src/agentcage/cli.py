@@ -772,19 +772,25 @@ def export_group() -> None:
 @click.option("--output", "-o", metavar="DIR",
               help="where the files go (default ./agentcage-NAME-k8s); - prints one stream")
 @click.option("--namespace", "-n", help="the objects' Kubernetes namespace")
+@click.option("--image", metavar="IMAGE",
+              help="the agent's image (instead of container.image, or for a cage without one: "
+                   "an image with the agent installed)")
 @click.option("--gateway-image", metavar="IMAGE",
               help="the gateway's image (default localhost/agentcage-gateway:VERSION, built "
                    "from images/gateway/Containerfile)")
 @click.option("--with-secrets", is_flag=True,
               help="write the cage's stored keys into the Secret (a file only you can read)")
+@click.option("--secret", "-s", "keys", multiple=True, metavar="KEY",
+              help="a secret the pod gets (repeatable; default: every rule's, or every "
+                   "stored one with --with-secrets)")
 @click.option("--seccomp", type=click.Choice(["agentcage", "runtime-default"]),
               default="agentcage", show_default=True,
               help="the agent's seccomp profile: the cage's own (a file each node needs) or "
                    "the runtime's")
 @JSON_FLAG
 def export_k8s(name: str | None, config_path: Path | None, form: str, output: str | None,
-               namespace: str | None, gateway_image: str | None, with_secrets: bool,
-               seccomp: str, as_json: bool) -> None:
+               namespace: str | None, image: str | None, gateway_image: str | None,
+               with_secrets: bool, keys: tuple[str, ...], seccomp: str, as_json: bool) -> None:
     """A cage (NAME, or -c cage.yaml) as Kubernetes objects: the agent's container, the gateway
     as its sidecar, the pod's network fenced to the gateway, a NetworkPolicy. Apply them with
     `kubectl apply -f DIR`."""
@@ -816,8 +822,9 @@ def export_k8s(name: str | None, config_path: Path | None, form: str, output: st
 
             staged = staged_for(cage, spec.secrets_backend, spec.allow_plaintext)
     result = kube.export(spec, form, base=base, namespace=namespace, staged=staged,
-                         gateway_image=gateway_image or layout.GATEWAY_IMAGE, seccomp=seccomp)
-    create_secret = kube.secret_command(result.exported, spec, namespace)
+                         gateway_image=gateway_image or layout.GATEWAY_IMAGE, seccomp=seccomp,
+                         image=image, keys=keys)
+    create_secret = kube.secret_command(result.exported, namespace)
     if output == "-":
         sys.stdout.write(kube.to_yaml(result.exported.objects))
         paths: list[Path] = []

@@ -10,6 +10,8 @@ that makes that Secret is printed, and the pod does not start until it exists.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +35,9 @@ class ExportResult:
 def check_exportable(spec: CageSpec) -> None:
     """ConfigError when the cage cannot be a pod as it is written."""
     if not spec.image:
-        raise ConfigError(f"cage {spec.name}: export needs container.image (a cluster runs "
-                          "images; the cage without one runs the host's own binaries)")
+        raise ConfigError(f"cage {spec.name}: export needs an image (a cluster runs images; "
+                          "this cage runs the host's own binaries): set container.image, or "
+                          "give --image with one that has the agent installed")
     if spec.uid == 0:
         raise ConfigError(f"cage {spec.name}: container.user is root; the exported agent "
                           "runs as non-root (set container.user, e.g. 1000:1000)")
@@ -72,37 +75,49 @@ SECCOMP_CHOICES = ("agentcage", "runtime-default")
 
 def export(spec: CageSpec, form: str, *, base: Path, gateway_image: str = layout.GATEWAY_IMAGE,
            namespace: str | None = None, staged: tuple | None = None,
-           seccomp: str = "agentcage") -> ExportResult:
+           seccomp: str = "agentcage", image: str | None = None,
+           keys: tuple[str, ...] = ()) -> ExportResult:
     """The cage's objects. `staged`: the stored secrets (StagedSecret) to write into the
     Secret; None mints placeholders and leaves the Secret to the user. `seccomp`: the
-    agent's profile, the cage's own ("agentcage", a file for the nodes) or the runtime's."""
+    agent's profile, the cage's own ("agentcage", a file for the nodes) or the runtime's.
+    `image`: the agent's image, instead of container.image (or for a cage without one).
+    `keys`: the secrets the pod gets (default: every secret_injection rule's, or with `staged`
+    every stored one); as on one host, a secret the pod does not get has no placeholder in it."""
     from agentcage import policy as policyfile
     from agentcage.secrets.placeholders import mint
 
     if form not in FORMS:
         raise ConfigError(f"unknown form {form!r}: use one of {', '.join(FORMS)}")
+    if image:
+        spec = dataclasses.replace(spec, image=image)
     check_exportable(spec)
     if seccomp not in SECCOMP_CHOICES:
         raise ConfigError(f"unknown seccomp profile {seccomp!r}: use one of "
                           f"{', '.join(SECCOMP_CHOICES)}")
+    unknown = [env for env in keys if env not in spec.secret_env]
+    if unknown:
+        raise ConfigError(f"cage {spec.name} has no secret_injection rule for "
+                          f"{', '.join(unknown)}; its secrets: "
+                          f"{', '.join(spec.secret_env) or 'none'}")
     key_values = None
     if staged is None:
-        placeholders = {env: str(mint(env)) for env in spec.secret_env}
+        placeholders = {env: str(mint(env)) for env in keys or spec.secret_env}
     else:
-        by_env = {s.env: s for s in staged}
-        missing = [env for env in spec.secret_env if env not in by_env]
+        by_env = {s.env: s for s in staged if s.env in spec.secret_env}
+        missing = [env for env in keys if env not in by_env]
         if missing:
             raise ConfigError(f"cage {spec.name} has no stored {', '.join(missing)}: "
                               f"agentcage secret set {spec.name} {missing[0]}")
-        placeholders = {env: str(by_env[env].placeholder) for env in spec.secret_env}
-        key_values = {env: by_env[env].value for env in spec.secret_env}
+        chosen = keys or tuple(sorted(by_env))
+        placeholders = {env: str(by_env[env].placeholder) for env in chosen}
+        key_values = {env: by_env[env].value for env in chosen}
     doc = policyfile.document_from_domains(spec.domain_mode, list(spec.allow), list(spec.block))
     policyfile.compile_document(doc)  # never export what the gateway would refuse
     notes = _notes(spec)
     if seccomp == "runtime-default":
         notes.append("seccomp runtime-default: new user namespaces in the agent's container "
                      "are the runtime's to refuse (containerd's profile does, CRI-O's does not)")
-    inputs = PodInputs(spec, gateway_image, placeholders, has_keys=bool(spec.secret_env),
+    inputs = PodInputs(spec, gateway_image, placeholders, has_keys=bool(placeholders),
                        seccomp=seccomp, notes=notes)
     exported = export_objects(inputs, form, doc, upstream_ca=_upstream_ca(spec, base),
                               key_values=key_values, namespace=namespace)
@@ -159,10 +174,12 @@ def write(exported: Exported, out_dir: Path) -> list[Path]:
     return written
 
 
-def secret_command(exported: Exported, spec: CageSpec, namespace: str | None) -> str | None:
+def secret_command(exported: Exported, namespace: str | None) -> str | None:
     """How to make the keys' Secret when its values were not exported."""
     if exported.keys_secret is None or exported.keys_included:
         return None
     where = f" -n {namespace}" if namespace else ""
-    literals = " ".join(f"--from-file={env}=FILE" for env in spec.secret_env)
+    config = exported.objects[0]["data"]
+    chosen = sorted(json.loads(config[layout.PLACEHOLDERS_KEY]))
+    literals = " ".join(f"--from-file={env}=FILE" for env in chosen)
     return f"kubectl create secret generic {exported.keys_secret}{where} {literals}"

@@ -59,7 +59,8 @@ def staged_secrets(placeholders: dict[str, str], keys_dir: Path):
         except FileNotFoundError:
             raise SidecarError(f"the keys' Secret has no {env} ({keys_dir / env} is missing): "
                                f"add it (kubectl create secret generic ... "
-                               f"--from-literal={env}=...)") from None
+                               f"--from-file={env}=FILE), or export the cage again with "
+                               "--secret naming only the keys you give it") from None
         except OSError as e:
             raise SidecarError(f"{keys_dir / env} cannot be read: {e.strerror}") from None
         value = value.rstrip(b"\r\n")  # a file written by hand ends in a newline

@@ -247,6 +247,31 @@ def test_scaffolds_with_an_image_export_as_written():
             validate(obj)
 
 
+@pytest.mark.parametrize("scaffold", ["claude-code", "codex", "pi"])
+def test_the_agent_scaffolds_export_with_an_image_of_the_agent(tmp_path, scaffold):
+    """The agents' scaffolds run the host's binaries: refused without --image, saying so;
+    with it, their keys become placeholders, their seed files the seed step's."""
+    r = agentcage("init", "a", "-s", scaffold, "-o", "cage.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = agentcage("export", "k8s", "-c", "cage.yaml", cwd=tmp_path)
+    assert r.returncode == 1 and "--image" in r.stderr
+    image = f"registry.example.test/{scaffold}:1"
+    r = agentcage("export", "k8s", "-c", "cage.yaml", "--image", image, "-o", "-", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    objects = list(yaml.safe_load_all(r.stdout))
+    for obj in objects:
+        validate(obj)
+    spec = pod_spec_of(objects)
+    (agent,) = spec["containers"]
+    assert agent["image"] == image
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    keys = [k for k in env if k.endswith("_API_KEY")]
+    assert keys and all(env[k].startswith(f"agentcage:secret:{k}:") for k in keys)
+    init = [c["name"] for c in spec["initContainers"]]
+    assert init[:2] == ["netfilter", "gateway"] and ("seed" in init) == bool(
+        load_config_text((tmp_path / "cage.yaml").read_text()).spec().seed_files)
+
+
 def test_secret_files_are_mode_0600(tmp_path):
     from agentcage.kube.export import write
     from agentcage.secrets.placeholders import mint
@@ -275,3 +300,23 @@ def test_the_seccomp_profile_refuses_what_a_cage_refuses_and_runtime_default_is_
     assert agent["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert result.exported.node_files == {}
     assert any("runtime's to refuse" in note for note in result.notes)
+
+
+def test_secret_chooses_the_keys_the_pod_gets():
+    """As on one host, a secret the pod does not get has no placeholder in it (Claude Code
+    given a placeholder for a token that is never swapped would use it, and fail)."""
+    text = CAGE.replace("""secret_injection:
+  - env: API_KEY""", """secret_injection:
+  - env: OTHER_TOKEN
+    inject_to: [api.example.test]
+  - env: API_KEY""")
+    result = export(spec_of(text), "pod", base=Path("/"), keys=("API_KEY",))
+    (agent,) = pod_spec_of(result.exported.objects)["containers"]
+    names = {e["name"] for e in agent["env"]}
+    assert "API_KEY" in names and "OTHER_TOKEN" not in names
+    from agentcage.kube.export import secret_command
+
+    command = secret_command(result.exported, None)
+    assert command is not None and "API_KEY" in command and "OTHER_TOKEN" not in command
+    with pytest.raises(Exception, match="no secret_injection rule for NOPE"):
+        export(spec_of(text), "pod", base=Path("/"), keys=("NOPE",))
