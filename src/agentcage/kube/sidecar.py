@@ -17,6 +17,7 @@ the agent's container never starts behind a gateway that is not there (fail clos
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -154,13 +155,34 @@ def follow(path: Path, out, stop: threading.Event, interval: float = 0.2) -> Non
         stop.wait(interval)
 
 
+def kept_ca(confdir: Path):
+    """The CA of this pod's gateway before a restart of its container (the state volume is
+    the pod's): the agent's processes trust that one, so it is kept. None if there is none."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from agentcage.gateway.ca import CA_FILE
+
+    try:
+        pem = (confdir / CA_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return (serialization.load_pem_private_key(pem, password=None),
+                x509.load_pem_x509_certificate(pem))
+    except ValueError:
+        raise SidecarError(f"{confdir / CA_FILE} is unusable; delete the pod") from None
+
+
 def prepare(config_dir: Path, keys_dir: Path, state_dir: Path, audit_dir: Path,
             public_dir: Path, system_bundle_path: Path):
     """Everything but serving: (settings path, the CA). Raises SidecarError."""
     from agentcage.backends.namespace import public_cas
-    from agentcage.gateway.ca import make_ca
+    from agentcage.gateway.ca import install_ca, make_ca
     from agentcage.secrets.staging import StagingError, stage
 
+    with contextlib.suppress(FileNotFoundError):  # a restarted container is not ready yet
+        (state_dir / layout.READY_FILE).unlink()
     placeholders = _read_json(config_dir / layout.PLACEHOLDERS_KEY)
     staged = staged_secrets(placeholders, keys_dir) if placeholders else ()
     # The volume is the kubelet's (root's, mode 0777): what only this uid may read goes into
@@ -186,7 +208,8 @@ def prepare(config_dir: Path, keys_dir: Path, state_dir: Path, audit_dir: Path,
     settings = gateway_settings(config_dir, state_dir, audit_dir, secrets_path, upstream_ca)
     settings_path = private / "gateway.json"
     _write(settings_path, settings.to_json().encode(), 0o600)
-    ca = make_ca()
+    ca = kept_ca(private / "ca") or make_ca()
+    install_ca(private / "ca", *ca)  # (a kept one stays): what is published is what signs
     try:
         system_bundle = system_bundle_path.read_bytes()
     except OSError:

@@ -86,3 +86,20 @@ def test_the_audit_follower_copies_whole_lines_only(tmp_path):
     stop.set()  # one pass, as at the end
     follow(path, out, stop)
     assert out.getvalue() == '{"a": 1}\n'
+
+
+def test_a_restarted_gateway_container_keeps_its_ca_and_is_not_ready_until_it_is(mounted):
+    """The kubelet restarts a sidecar that ended, in the same pod: the agent's processes trust
+    the CA they were given, so the second start publishes the same one."""
+    from agentcage.kube.sidecar import prepare
+
+    root, state = mounted
+    (root / "keys" / "API_KEY").write_text("sk-value\n")
+    args = (root / "config", root / "keys", state, root / "audit", root / "public",
+            Path("/etc/ssl/certs/ca-certificates.crt"))
+    prepare(*args)
+    first = (root / "public" / layout.CA_FILE).read_bytes()
+    (state / layout.READY_FILE).write_text("")  # the first run got ready
+    prepare(*args)
+    assert (root / "public" / layout.CA_FILE).read_bytes() == first
+    assert not (state / layout.READY_FILE).exists()
