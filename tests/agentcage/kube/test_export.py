@@ -24,6 +24,7 @@ from agentcage.kube.export import export, to_yaml
 from agentcage.kube.objects import FORMS
 
 KUBERNETES = "1.34.0"  # the Kubernetes version the core objects are validated against
+OLDEST = "1.29.0"  # the first with native sidecars (an init container's restartPolicy)
 SCHEMAS = Path(__file__).resolve().parents[2] / "data" / "agent-sandbox"
 REPO = Path(__file__).resolve().parents[3]
 
@@ -50,14 +51,14 @@ def spec_of(text: str = CAGE):
     return load_config_text(text).spec()
 
 
-def validate(obj: dict) -> None:
+def validate(obj: dict, kubernetes: str = KUBERNETES) -> None:
     """Against its schema: agent-sandbox's CRD, or Kubernetes' own (strict: no unknown field)."""
     if obj["apiVersion"].startswith(("agents.x-k8s.io/", "extensions.agents.x-k8s.io/")):
         schema = json.loads((SCHEMAS / f"{obj['kind'].lower()}.json").read_text())
         assert schema["apiVersion"] == obj["apiVersion"]
         jsonschema.validate(obj, schema["openAPIV3Schema"])
     else:
-        kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+        kubernetes_validate.validate(obj, kubernetes, strict=True)
 
 
 def pod_spec_of(objects) -> dict:
@@ -71,13 +72,14 @@ def pod_spec_of(objects) -> dict:
     raise AssertionError("no pod")
 
 
+@pytest.mark.parametrize("kubernetes", [OLDEST, KUBERNETES])
 @pytest.mark.parametrize("form", FORMS)
-def test_every_object_of_every_form_is_valid_against_its_schema(form):
+def test_every_object_of_every_form_is_valid_against_its_schema(form, kubernetes):
     result = export(spec_of(), form, base=Path("/"), namespace="agents")
     kinds = [o["kind"] for o in result.exported.objects]
     assert kinds[0] == "ConfigMap"
     for obj in result.exported.objects:
-        validate(obj)
+        validate(obj, kubernetes)
     # what goes through YAML comes back the same (the files are what is validated above)
     assert list(yaml.safe_load_all(to_yaml(result.exported.objects))) == \
         list(result.exported.objects)
