@@ -37,12 +37,13 @@ ALLOWED, BLOCKED = "api.example.test", "blocked.example.test"
 GRANTABLE = "allowed.example.test"  # not in the allowlist; the policy API may grant it
 
 
-def cage_text(net) -> str:
-    # no dns_servers: the gateway takes the pod's resolver, as in a cluster
+def cage_text(net, name: str = "podcage", image: str = "localhost/agent:test") -> str:
+    """The cage both pod tests export. No dns_servers: the gateway takes the pod's resolver,
+    as in a cluster."""
     return f"""
-name: podcage
+name: {name}
 container:
-  image: localhost/agent:test
+  image: {image}
   user: "{AGENT_UID}:{AGENT_UID}"
   command: ["/bin/sh"]
 domains: {{mode: allowlist, allow: [{ALLOWED}]}}

@@ -24,33 +24,15 @@ from agentsec import service
 from agentsec.report import Target
 from agentsec.runner import run_probe
 from tests.agentcage.kube.podman_pod import PodmanPod, ensure_gateway_image, exported_files
+from tests.agentcage.kube.test_pod_world import ALLOWED, BLOCKED, ENV, cage_text
 from tests.integration.podman_world import IMAGE, podman_world
 
 pytestmark = pytest.mark.netns
 
-ENV = "CANARY_TOKEN"
 VALUE = "cnry-" + secrets.token_hex(20)
-ALLOWED, BLOCKED = "api.example.test", "blocked.example.test"
 # what a cage on one host on this image must not show (test_images_world.py)
 FORBIDDEN = {"NET-001", "NET-002", "PRIV-001", "PRIV-002", "PRIV-003", "FS-001", "FS-002",
              "PERS-005", "SEC-001", "SEC-005"}
-
-
-def cage_text(net) -> str:
-    return f"""
-name: podmancage
-container:
-  image: {IMAGE}
-  user: "1000:1000"
-  command: ["/bin/sh"]
-domains: {{mode: allowlist, allow: [{ALLOWED}]}}
-gateway:
-  trusted_networks: [10.200.0.0/16]
-  upstream_ca_files: [{net.ca_cert_path}]
-secret_injection:
-  - env: {ENV}
-    inject_to: [{ALLOWED}]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +43,7 @@ def pod(net) -> Iterator[tuple[PodmanPod, dict[str, str]]]:
     with podman_world() as world:
         pass  # the base images, built if missing
     gateway_image = ensure_gateway_image(world)
-    spec = load_config_text(cage_text(net)).spec()
+    spec = load_config_text(cage_text(net, "podmancage", IMAGE)).spec()
     staged = (StagedSecret(ENV, mint(ENV), VALUE.encode()),)
     result = export(spec, "pod", base=Path("/"), staged=staged, gateway_image=gateway_image)
     (obj,) = [o for o in result.exported.objects if o["kind"] == "Pod"]
