@@ -83,8 +83,12 @@ class PodmanPod:
     containers' resolv.conf names (the cluster's DNS)."""
 
     def __init__(self, world: PodmanWorld, name: str, spec: dict, files: dict[str, dict],
-                 netns: str, dns: str, gateway_image: str, node_files: dict[str, str]):
+                 netns: str, dns: str, gateway_image: str, node_files: dict[str, str],
+                 binds: dict[str, list[tuple[str, str]]] | None = None):
+        """`binds`: host files bound read-only into a container, by its name (what its
+        image would hold: an agent's binary)."""
         self.world, self.name, self.spec = world, name, spec
+        self.binds = binds or {}
         self.files, self.netns, self.dns, self.gateway_image = files, netns, dns, gateway_image
         self.scratch = Path(tempfile.mkdtemp(prefix=f"agentcage-{name}-"))
         for relative, text in node_files.items():  # what the kubelet's node holds
@@ -154,9 +158,11 @@ class PodmanPod:
             flags += ["-e", f"{env['name']}={env['value']}"]
         if container.get("stdin") and container.get("tty"):
             flags += ["-i", "-t"]
+        binds = list(self.binds.get(container["name"], []))
         if container["image"] == self.gateway_image:
-            for source, target in GATEWAY_BINDS:
-                flags += ["-v", f"{source}:{target}:ro"]
+            binds += GATEWAY_BINDS
+        for source, target in binds:
+            flags += ["-v", f"{source}:{target}:ro"]
         if container.get("workingDir"):
             flags += ["-w", container["workingDir"]]
         flags += self._mounts(container)

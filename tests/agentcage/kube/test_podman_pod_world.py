@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,3 +163,59 @@ def test_the_probe_in_the_agents_container_scores_as_a_cage_on_one_host(pod, net
     assert all(axis["state"] != "not_measured" for axis in axes.values()), axes
     assert not found & FORBIDDEN, sorted(found)
     assert report["summary"]["score"] <= 8, (report["summary"]["score"], sorted(found))
+
+
+def test_real_claude_code_in_the_exported_pod_reaches_its_provider_with_the_key_it_never_had(
+        net, tmp_path):
+    """The claude-code scaffold as shipped, exported with an image of the agent (the tests'
+    Debian image with this machine's Claude Code binary, which needs only libc, bound in):
+    Claude Code runs headless in the agent's container, its fake model has its Bash tool edit
+    the workspace and try to send the key out; the provider gets the real key in every call,
+    the container only ever held the placeholder, and nothing gets out."""
+    from agentcage.config.load import apply_overrides
+    from agentcage.config.scaffolds import scaffold_config
+    from agentcage.demo_agents import AGENTS, fake_key, judge, session
+    from agentcage.secrets.placeholders import mint
+    from agentcage.secrets.staging import StagedSecret
+
+    agent = AGENTS["claude-code"]
+    claude = Path(shutil.which("claude") or "claude").resolve()
+    assert claude.exists(), "Claude Code is not installed: run scripts/setup.sh"
+    config = apply_overrides(scaffold_config("claude-code", "claudepod"),
+                             trust=["10.200.0.0/16"], upstream_ca=[str(net.ca_cert_path)])
+    real_key = fake_key(agent)
+    staged = (StagedSecret(agent.key_env, mint(agent.key_env), real_key.encode()),)
+    with podman_world() as world:
+        gateway_image = ensure_gateway_image(world)
+        result = export(config.spec(), "pod", base=Path("/"), staged=staged, image=IMAGE,
+                        gateway_image=gateway_image)
+        (obj,) = [o for o in result.exported.objects if o["kind"] == "Pod"]
+        net.reset_records()
+        net.script_model(session(agent))
+        running = PodmanPod(world, f"kc{secrets.token_hex(3)}", obj["spec"],
+                            exported_files(result.exported.objects), net.add_client().netns,
+                            net.dns_address, gateway_image, result.exported.node_files,
+                            binds={"agent": [(str(claude), "/usr/local/bin/claude")]})
+        try:
+            running.start()
+            placeholder = running.exec("agent", "printenv", agent.key_env).stdout.strip()
+            assert placeholder == str(staged[0].placeholder)
+            run = running.exec("agent", *agent.command, timeout=300)
+            audit_file = running.volume("audit") / "audit.jsonl"
+            records = [json.loads(line) for line in audit_file.read_text().splitlines()
+                       if line.strip()]
+            workspace = next(running.volume(v["name"]) for v in obj["spec"]["volumes"]
+                             if v["name"].startswith("dir-"))
+            outcome = judge(agent, exit_code=run.returncode, project=workspace,
+                            real_key=real_key, planted="ghp_" + "0" * 36,
+                            placeholder=placeholder, requests=net.http_requests(),
+                            dns_queries=net.dns_queries(), received=net.received,
+                            audit=records)
+        finally:
+            running.close()
+    assert real_key not in run.stdout + run.stderr
+    assert outcome.exit_code == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert outcome.edited
+    assert outcome.model_calls >= 5
+    assert outcome.provider_got_key
+    assert outcome.leaks == []
