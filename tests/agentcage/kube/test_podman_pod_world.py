@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +24,6 @@ import pytest
 
 from agentcage.config.load import load_config_text
 from agentcage.kube.export import export
-from agentsec import service
-from agentsec.report import Target
-from agentsec.runner import run_probe
 from tests.agentcage.kube.podman_pod import PodmanPod, ensure_gateway_image, exported_files
 from tests.agentcage.kube.test_pod_world import ALLOWED, BLOCKED, ENV, cage_text
 from tests.integration.podman_world import IMAGE, podman_world
@@ -145,7 +145,10 @@ print(json.dumps(out))
     assert out["9999"] != "connected"
 
 
-def test_the_probe_in_the_agents_container_scores_as_a_cage_on_one_host(pod, net):
+def test_the_probe_in_the_agents_container_scores_as_a_cage_on_one_host(pod, net, tmp_path):
+    """As docs/kubernetes.md says to measure a pod: `agentsec blast-radius command` with the
+    exec of the agent's container (`kubectl exec -i POD -c agent -- python3 -` in a cluster;
+    podman's own exec here), gated at the bound a cage on one host on this image is held to."""
     running, _env = pod
     # In a cluster the pod's resolver is the cluster's DNS, and the probe's UDP target a
     # public resolver; here the fake internet has one, the pod's: the probe is pointed at
@@ -153,16 +156,22 @@ def test_the_probe_in_the_agents_container_scores_as_a_cage_on_one_host(pod, net
     targets = json.loads(net.add_client().probe_targets_file.read_text())
     assert targets["udp_dns"] == f"{net.dns_address}:53"
     targets["udp_dns"] = f"{net.address_of(BLOCKED)}:53"
-    prefix = ["podman", "exec", "-i", "-e", f"AGENTSEC_PROBE_TARGETS={json.dumps(targets)}",
-              "-e", f"HOSTNAME={running.name}", f"{running.name}-agent"]
-    run = run_probe(prefix, python="python3", env={**os.environ, **running.world.env})
-    report = service.score(run.output, label="pod", rc=run.rc, redact=False,
-                           target=Target(kind="command", how="podman pod, exported"))
+    template = shlex.join(["podman", "exec", "-i", "-e",
+                           f"AGENTSEC_PROBE_TARGETS={json.dumps(targets)}", "-e",
+                           f"HOSTNAME={running.name}", f"{running.name}-agent", "python3", "-"])
+    r = subprocess.run([str(Path(sys.executable).parent / "agentsec"), "blast-radius",
+                        "command", template, "--label", "pod", "--max-score", "8",
+                        "--out", str(tmp_path), "--no-history"],
+                       env={**os.environ, **running.world.env}, capture_output=True,
+                       text=True, timeout=300)
+    (path,) = tmp_path.glob("*.json")
+    report = json.loads(path.read_text())
     found = {f["id"] for f in report["summary"]["findings"]}
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:] + str(sorted(found))
     axes = report["summary"]["axes"]
     assert all(axis["state"] != "not_measured" for axis in axes.values()), axes
     assert not found & FORBIDDEN, sorted(found)
-    assert report["summary"]["score"] <= 8, (report["summary"]["score"], sorted(found))
+    assert report["summary"]["score"] <= 8
 
 
 def test_real_claude_code_in_the_exported_pod_reaches_its_provider_with_the_key_it_never_had(
