@@ -521,6 +521,17 @@ def report(reports: tuple[Path, ...], out_file: Path, fmt: str) -> None:
     default=None,
     help="Exit 2 when even the best configuration scores above this budget.",
 )
+@click.option(
+    "--on",
+    "where",
+    type=click.Choice(["here", "k8s"]),
+    default="here",
+    show_default=True,
+    help="k8s: each container preset as a Job of the cluster kubectl reaches.",
+)
+@click.option("--namespace", default=None, help="The Jobs' namespace (--on k8s).")
+@click.option("--kubectl", "kubectl", default="kubectl", show_default=True,
+              help="The kubectl to run the Jobs with (--on k8s).")
 @OUT_DIR
 @JSON_FLAG
 def matrix(
@@ -528,21 +539,31 @@ def matrix(
     preset_list: str | None,
     python: str,
     max_score: int | None,
+    where: str,
+    namespace: str | None,
+    kubectl: str,
     out_dir: Path,
     as_json: bool,
 ) -> None:
     """Every runnable preset (or --presets a,b) against IMAGE, one row per configuration."""
     names = choose_presets([n.strip() for n in preset_list.split(",")] if preset_list else None)
     console = _console(as_json)
+    kube = None
+    if where == "k8s":
+        from agentsec.kube_jobs import Kubectl
+
+        kube = Kubectl(kubectl, namespace)
     result = run_matrix(
-        image, names, out_dir, python, lambda line: console.print(line, markup=False)
+        image, names, out_dir, python, lambda line: console.print(line, markup=False), kube
     )
     json_path, md_path = save_matrix(result, out_dir)
     reports = ranked(load_report(Path(row["report"])) for row in result.rows)
     if as_json:
         emit_json(result.as_dict())
     elif reports:
-        console.print(scores_table(reports, title=f"Matrix: {image or 'bubblewrap presets'}"))
+        where_run = " as Kubernetes Jobs" if kube is not None else ""
+        console.print(scores_table(
+            reports, title=f"Matrix: {image or 'bubblewrap presets'}{where_run}"))
     console.print(f"matrix: {json_path}  {md_path}", markup=False)
     best = result.best_score()
     if best is None:

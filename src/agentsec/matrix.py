@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -12,10 +13,11 @@ from typing import Any
 
 from agentsec import service
 from agentsec.errors import AgentsecError
+from agentsec.kube_jobs import Kubectl, KubeRenderError, render
 from agentsec.launchers import availability, describe, load_presets, preset_launch
 from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
-from agentsec.report import SCHEMA_VERSION, TEST_MATRIX, write_atomically
+from agentsec.report import SCHEMA_VERSION, TEST_MATRIX, Target, write_atomically
 from agentsec.scoring.rank import rank_key, score_text
 
 
@@ -59,7 +61,11 @@ def run_matrix(
     out_dir: Path,
     python: str,
     progress: Callable[[str], None],
+    kube: Kubectl | None = None,
 ) -> MatrixResult:
+    """`kube`: run each container preset as a Kubernetes Job through it (kube_jobs.py)."""
+    if kube is not None:
+        return _run_on_kubernetes(image, preset_names, out_dir, python, progress, kube)
     result = MatrixResult(image=image)
     presets = load_presets()
     for index, name in enumerate(preset_names, start=1):
@@ -80,22 +86,60 @@ def run_matrix(
             continue
         label = f"{name}_{image}" if preset.needs_image else name
         target = dataclasses.replace(launch.target, how=describe(launch))
-        plan = service.Plan(label, out_dir)
-        saved = service.measure_output(run.output, target, run.rc, plan).saved
-        report, summary = saved.report, saved.report["summary"]
-        result.rows.append(
-            {
-                "label": label,
-                "preset": name,
-                "rank": list(rank_key(report)[:-1]),
-                "score": summary["score"],
-                "raw_score": summary["raw_score"],
-                "axes": {key: axis_cell(axis) for key, axis in summary["axes"].items()},
-                "probe_version": report["probe"]["version"],
-                "report": str(saved.json_path),
-            }
-        )
-        progress(f"[{index}/{len(preset_names)}] {name}: score {summary['score']}")
+        _add_row(result, name, label, run, target, out_dir)
+        progress(f"[{index}/{len(preset_names)}] {name}: score {result.rows[-1]['score']}")
+    result.rows.sort(key=lambda row: (row["rank"], row["label"]))
+    return result
+
+
+def _add_row(result: MatrixResult, name: str, label: str, run: Any, target: Target,
+             out_dir: Path) -> None:
+    plan = service.Plan(label, out_dir)
+    saved = service.measure_output(run.output, target, run.rc, plan).saved
+    report, summary = saved.report, saved.report["summary"]
+    result.rows.append(
+        {
+            "label": label,
+            "preset": name,
+            "rank": list(rank_key(report)[:-1]),
+            "score": summary["score"],
+            "raw_score": summary["raw_score"],
+            "axes": {key: axis_cell(axis) for key, axis in summary["axes"].items()},
+            "probe_version": report["probe"]["version"],
+            "report": str(saved.json_path),
+        }
+    )
+
+
+def _run_on_kubernetes(image: str | None, preset_names: Sequence[str], out_dir: Path,
+                       python: str, progress: Callable[[str], None],
+                       kube: Kubectl) -> MatrixResult:
+    """Each container preset as a Job of the cluster kubectl reaches; the rest are skipped."""
+    if not image:
+        raise AgentsecError("--on k8s needs an IMAGE: the Jobs run the probe in it")
+    result = MatrixResult(image=image)
+    presets = load_presets()
+    total = len(preset_names)
+    for index, name in enumerate(preset_names, start=1):
+        try:
+            job = render(presets[name], image, python, os.environ)
+        except KubeRenderError as exc:
+            result.skipped.append({"preset": name, "why": str(exc)})
+            progress(f"[{index}/{total}] {name}: skipped ({exc})")
+            continue
+        progress(f"[{index}/{total}] {name}: measuring as job {job.name}")
+        try:
+            run = kube.run(job)
+        except AgentsecError as exc:
+            result.failed.append({"preset": name, "error": str(exc)})
+            progress(f"[{index}/{total}] {name}: failed ({exc})")
+            continue
+        how = "Kubernetes Job" + "".join(f"; {note}" for note in job.notes)
+        target = Target(kind="preset", how=how, engine="kubernetes", image=image,
+                        flags=presets[name].flags, command=(*kube.argv, "apply", "-f", "-"),
+                        preset=name)
+        _add_row(result, name, f"{name}_{image}_k8s", run, target, out_dir)
+        progress(f"[{index}/{total}] {name}: score {result.rows[-1]['score']}")
     result.rows.sort(key=lambda row: (row["rank"], row["label"]))
     return result
 
