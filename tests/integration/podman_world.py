@@ -152,7 +152,7 @@ def _busybox_rootfs(target: Path) -> None:
     (target / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
 
 
-def _import(world: PodmanWorld, directory: Path, image: str) -> None:
+def import_tree(world: PodmanWorld, directory: Path, image: str) -> None:
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=directory.parent) as scratch:
         tarball = Path(scratch) / "rootfs.tar"
         with tarfile.open(tarball, "w") as archive:
@@ -198,11 +198,11 @@ def _build(cache: Path, world: PodmanWorld, files: dict[Path, str]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_if_changed(path, text)
     if not _image_exists(world, IMAGE):
-        _import(world, cached_tree(cache, "rootfs-bookworm-python3", _debootstrap), IMAGE)
+        import_tree(world, cached_tree(cache, "rootfs-bookworm-python3", _debootstrap), IMAGE)
     if not _image_exists(world, NO_PYTHON_IMAGE):
-        _import(world, cached_tree(cache, "rootfs-bare", _bare_rootfs), NO_PYTHON_IMAGE)
+        import_tree(world, cached_tree(cache, "rootfs-bare", _bare_rootfs), NO_PYTHON_IMAGE)
     if not _image_exists(world, BUSYBOX_IMAGE):
-        _import(world, cached_tree(cache, "rootfs-busybox", _busybox_rootfs), BUSYBOX_IMAGE)
+        import_tree(world, cached_tree(cache, "rootfs-busybox", _busybox_rootfs), BUSYBOX_IMAGE)
 
 
 @contextlib.contextmanager

@@ -12,12 +12,12 @@ containers. Each container's securityContext, env, command and mounts are transl
 podman's flags; every volume is a directory of the test's (an in-memory emptyDir on /dev/shm,
 a ConfigMap's or Secret's items as files, with the Secret's mode).
 
-The gateway's image is a stand-in: the project's Containerfile starts FROM a registry's Debian
-image, and no registry is reachable here. The stand-in is the tests' Debian bookworm image
-(tests/integration/podman_world.py) with Debian's nftables packages installed, and this
-machine's Python and the checkout's code and dependencies bound read-only, behind a `python3`
-that runs them: the exported commands (`nft -f ...`, `python3 -m agentcage.kube.sidecar`) run
-unchanged.
+The gateway's image is the project's own, built from images/gateway/Containerfile as written,
+offline (OFFLINE=1: no registry of images is reachable here): its base, the Debian trixie it
+names, is a root filesystem debootstrap makes with the packages the Containerfile's apt step
+would install (cached per machine beside the tests' other images), and its wheels are this
+checkout's, with the gateway's dependencies (`pip wheel '.[gateway]'`). The image is tagged by
+a digest of what it is built from, so a changed checkout builds a new one.
 """
 
 from __future__ import annotations
@@ -28,53 +28,68 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.integration.podman_world import CACHE, IMAGE, PodmanWorld, cache_lock
+from tests.integration.podman_world import (
+    CACHE,
+    MIRROR,
+    PodmanWorld,
+    cache_lock,
+    cached_tree,
+    import_tree,
+)
 
 REPO = Path(__file__).resolve().parents[3]
-NFT_PACKAGES = ("nftables", "libnftables1", "libnftnl11", "libmnl0", "libjansson4",
-                "libxtables12", "libedit2", "libbsd0")
-PYTHON_NAME = f"python{sys.version_info.major}.{sys.version_info.minor}"
-PYTHON3 = f"""#!/bin/sh
-export LD_LIBRARY_PATH=/opt/python/lib PYTHONPATH=/opt/agentcage/src:/opt/agentcage/site-packages
-exec /opt/python/bin/{PYTHON_NAME} "$@"
-"""
-CONTAINERFILE = f"""FROM {IMAGE}
-COPY debs/ /tmp/debs/
-RUN dpkg -i /tmp/debs/*.deb && rm -rf /tmp/debs
-COPY python3 /usr/local/bin/python3
-RUN chmod 0755 /usr/local/bin/python3
-"""
-_DIGEST = hashlib.sha256((CONTAINERFILE + PYTHON3 + " ".join(NFT_PACKAGES)).encode())
-GATEWAY_TEST_IMAGE = f"localhost/agentcage-gateway-test:{_DIGEST.hexdigest()[:12]}"
-# what the stand-in's python3 runs: bound read-only into the gateway's containers
-GATEWAY_BINDS = ((sys.base_prefix, "/opt/python"), (str(REPO / "src"), "/opt/agentcage/src"),
-                 (sysconfig.get_paths()["purelib"], "/opt/agentcage/site-packages"))
+CONTAINERFILE = REPO / "images" / "gateway" / "Containerfile"
+BASE = "docker.io/library/debian:trixie-slim"  # what the Containerfile names
+BASE_PACKAGES = "python3,python3-venv,nftables,ca-certificates"  # what its apt step installs
+
+
+def _trixie(target: Path) -> None:
+    r = subprocess.run(["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}",
+                        "trixie", str(target), MIRROR], capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, f"debootstrap trixie: {r.stdout[-500:]} {r.stderr[-500:]}"
+
+
+def _sources_digest() -> str:
+    """What the image is built from: the Containerfile, the project's metadata and code."""
+    digest = hashlib.sha256(CONTAINERFILE.read_bytes())
+    digest.update((REPO / "pyproject.toml").read_bytes())
+    for path in sorted((REPO / "src" / "agentcage").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def ensure_gateway_image(world: PodmanWorld) -> str:
-    """The stand-in gateway image, built once per machine (the cache locked while it is)."""
-    if world.podman("image", "exists", GATEWAY_TEST_IMAGE).returncode == 0:
-        return GATEWAY_TEST_IMAGE
+    """The gateway's image of this checkout, built if missing (the tests' image cache locked
+    while it is). Call it without holding that cache (outside `podman_world`)."""
+    tag = f"localhost/agentcage-gateway-test:{_sources_digest()}"
+    if world.podman("image", "exists", tag).returncode == 0:
+        return tag
     with cache_lock(CACHE, exclusive=True), tempfile.TemporaryDirectory() as scratch:
-        if world.podman("image", "exists", GATEWAY_TEST_IMAGE).returncode == 0:
-            return GATEWAY_TEST_IMAGE
+        if world.podman("image", "exists", tag).returncode == 0:
+            return tag
+        # Under the lock no run uses the images: the gateways of older checkouts go
+        old = world.podman("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
+                           f"reference={tag.rsplit(':', 1)[0]}").stdout.split()
+        if old:
+            world.podman("rmi", "-f", *old)
+        if world.podman("image", "exists", BASE).returncode != 0:
+            import_tree(world, cached_tree(CACHE, "rootfs-trixie-gateway", _trixie), BASE)
         context = Path(scratch)
-        (context / "debs").mkdir()
-        r = subprocess.run(["apt-get", "download", *NFT_PACKAGES], cwd=context / "debs",
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"apt-get download: {r.stderr[-1000:]}"
-        (context / "python3").write_text(PYTHON3)
-        (context / "Containerfile").write_text(CONTAINERFILE)
-        r = world.podman("build", "--network", "none", "-f", str(context / "Containerfile"),
-                         "-t", GATEWAY_TEST_IMAGE, str(context), timeout=600)
-        assert r.returncode == 0, f"podman build: {r.stderr[-2000:]}"
-    return GATEWAY_TEST_IMAGE
+        r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir",
+                            str(context / "dist"), f"{REPO}[gateway]"],
+                           capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, f"pip wheel: {r.stderr[-2000:]}"
+        r = world.podman("build", "--network", "none", "--build-arg", "OFFLINE=1", "-f",
+                         str(CONTAINERFILE), "-t", tag, str(context), timeout=900)
+        assert r.returncode == 0, f"podman build: {r.stdout[-2000:]} {r.stderr[-2000:]}"
+    return tag
 
 
 class PodmanPod:
@@ -83,13 +98,13 @@ class PodmanPod:
     containers' resolv.conf names (the cluster's DNS)."""
 
     def __init__(self, world: PodmanWorld, name: str, spec: dict, files: dict[str, dict],
-                 netns: str, dns: str, gateway_image: str, node_files: dict[str, str],
+                 netns: str, dns: str, node_files: dict[str, str],
                  binds: dict[str, list[tuple[str, str]]] | None = None):
         """`binds`: host files bound read-only into a container, by its name (what its
         image would hold: an agent's binary)."""
         self.world, self.name, self.spec = world, name, spec
         self.binds = binds or {}
-        self.files, self.netns, self.dns, self.gateway_image = files, netns, dns, gateway_image
+        self.files, self.netns, self.dns = files, netns, dns
         self.scratch = Path(tempfile.mkdtemp(prefix=f"agentcage-{name}-"))
         for relative, text in node_files.items():  # what the kubelet's node holds
             (self.scratch / "node" / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -158,10 +173,7 @@ class PodmanPod:
             flags += ["-e", f"{env['name']}={env['value']}"]
         if container.get("stdin") and container.get("tty"):
             flags += ["-i", "-t"]
-        binds = list(self.binds.get(container["name"], []))
-        if container["image"] == self.gateway_image:
-            binds += GATEWAY_BINDS
-        for source, target in binds:
+        for source, target in self.binds.get(container["name"], []):
             flags += ["-v", f"{source}:{target}:ro"]
         if container.get("workingDir"):
             flags += ["-w", container["workingDir"]]

@@ -53,7 +53,7 @@ def pod(net) -> Iterator[tuple[PodmanPod, dict[str, str]]]:
     with podman_world() as world:
         running = PodmanPod(world, f"kp{secrets.token_hex(3)}", obj["spec"],
                             exported_files(result.exported.objects), netns, net.dns_address,
-                            gateway_image, result.exported.node_files)
+                            result.exported.node_files)
         try:
             running.start()
             yield running, env
@@ -195,7 +195,9 @@ def test_real_claude_code_in_the_exported_pod_reaches_its_provider_with_the_key_
     real_key = fake_key(agent)
     staged = (StagedSecret(agent.key_env, mint(agent.key_env), real_key.encode()),)
     with podman_world() as world:
-        gateway_image = ensure_gateway_image(world)
+        pass  # the base images, built if missing
+    gateway_image = ensure_gateway_image(world)  # (not while the cache is held)
+    with podman_world() as world:
         result = export(config.spec(), "pod", base=Path("/"), staged=staged, image=IMAGE,
                         gateway_image=gateway_image)
         (obj,) = [o for o in result.exported.objects if o["kind"] == "Pod"]
@@ -203,7 +205,7 @@ def test_real_claude_code_in_the_exported_pod_reaches_its_provider_with_the_key_
         net.script_model(session(agent))
         running = PodmanPod(world, f"kc{secrets.token_hex(3)}", obj["spec"],
                             exported_files(result.exported.objects), net.add_client().netns,
-                            net.dns_address, gateway_image, result.exported.node_files,
+                            net.dns_address, result.exported.node_files,
                             binds={"agent": [(str(claude), "/usr/local/bin/claude")]})
         try:
             running.start()
