@@ -289,3 +289,35 @@ def test_the_agent_asks_the_policy_api_for_a_host_and_its_grant_holds_in_the_pod
     assert not [q for q in net.http_requests() if q["path"] == f"/{marker}-before"]
     policy = [a for a in pod.audit() if a["direction"] == "policy"]
     assert any(a.get("host") == GRANTABLE or GRANTABLE in json.dumps(a) for a in policy)
+
+
+def test_the_operator_revokes_a_grant_from_the_gateways_container(pod, net):
+    """`kubectl exec POD -c gateway -- python3 -m agentcage.kube.operator ...`: as the
+    gateway's uid in its container, the operator lists the grants and revokes one; the host
+    is refused again at once."""
+    def operator(*args: str) -> subprocess.CompletedProcess[str]:
+        return pod.host.run(
+            ["setpriv", f"--reuid={layout.GATEWAY_UID}", f"--regid={layout.GATEWAY_UID}",
+             "--clear-groups", "--", sys.executable, "-m", "agentcage.kube.operator", *args],
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": str(REPO / "src")},
+            capture_output=True, text=True, timeout=60)
+
+    pod.agent(["curl", "-sS", "-m", "15", "-X", "POST", "-H", "content-type: application/json",
+               "-d", json.dumps({"domain": GRANTABLE, "reason": "tests", "ttl_seconds": 600}),
+               "https://agentcage.local/v1/allowlist/requests"])
+    listed = operator("list")
+    assert listed.returncode == 0, listed.stderr
+    (grant,) = [g for g in json.loads(listed.stdout)["grants"] if g["domain"] == GRANTABLE]
+    assert pod.agent([*CURL, f"https://{GRANTABLE}/"]).stdout == "200"
+    revoked = operator("revoke", grant["id"])
+    assert revoked.returncode == 0, revoked.stderr
+    assert [g["id"] for g in json.loads(revoked.stdout)["revoked"]] == [grant["id"]]
+    assert pod.agent([*CURL, f"https://{GRANTABLE}/"]).stdout != "200"
+    again = operator("revoke", grant["id"])
+    assert again.returncode == 1
+    (line,) = again.stderr.strip().splitlines()
+    assert line.startswith("agentcage operator: no grant")
+    # the agent's uid cannot reach the channel
+    private = f"{layout.STATE_DIR}/private"
+    r = pod.agent([sys.executable, "-c", f"import os; os.listdir({private!r})"])
+    assert r.returncode != 0 and "PermissionError" in r.stderr
