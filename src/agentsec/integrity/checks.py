@@ -131,26 +131,20 @@ class Change:
 
 def _analyse_tests(change: Change) -> None:
     change.tests = {"before": {}, "after": {}}
-    python: dict[Side, dict[str, python_tests.Prepared]] = {"before": {}, "after": {}}
+    python: set[str] = set()
     for side in SIDES:
         for path, text in change.analysed(side, _TEST_KINDS).items():
             if change.kinds[path] is Kind.JS_TEST:
                 change.tests[side][path] = js_tests.analyse_test(path, text)
-                continue
-            prepared = python_tests.prepare(path, text)
-            if isinstance(prepared, str):
-                change.tests[side][path] = FileAnalysis(path, problem=prepared)
             else:
-                python[side][path] = prepared
-    for path in python["before"].keys() | python["after"].keys():
-        old, new = python["before"].get(path), python["after"].get(path)
-        same_old, same_new = (python_tests.unchanged(old, new) if old and new
-                              else (frozenset(), frozenset()))
-        conftest = change.kinds[path] is Kind.PY_CONFTEST
-        if old:
-            change.tests["before"][path] = python_tests.analyse_prepared(old, conftest, same_old)
-        if new:
-            change.tests["after"][path] = python_tests.analyse_prepared(new, conftest, same_new)
+                python.add(path)
+    for path in sorted(python):
+        analyses = python_tests.analyse_pair(
+            path, change.texts["before"].get(path), change.texts["after"].get(path),
+            conftest=change.kinds[path] is Kind.PY_CONFTEST)
+        for side, analysis in zip(SIDES, analyses):
+            if analysis is not None:
+                change.tests[side][path] = analysis
     for side in SIDES:
         for path, analysis in change.tests[side].items():
             if analysis.problem:
@@ -182,9 +176,39 @@ def _analyse_source(change: Change, side: Side, path: str) -> FileAnalysis | Non
 # ---- matching tests across the change
 
 
+def _lookup(tests: dict[int, TestCase],
+            key: Callable[[TestCase], str]) -> Callable[[TestCase], list[TestCase]]:
+    """Candidates whose key equals a test's, in the order of ``tests``."""
+    index: dict[str, list[TestCase]] = defaultdict(list)
+    for test in tests.values():
+        index[key(test)].append(test)
+    return lambda test: index.get(key(test), [])
+
+
+def _keeping_assertions(old: TestCase, tests: dict[int, TestCase]) -> list[TestCase]:
+    if not old.assertions:
+        return []
+    wanted = Counter(a.text for a in old.assertions)
+    return [t for t in tests.values() if not wanted - Counter(a.text for a in t.assertions)]
+
+
 def _pair(before: list[TestCase], after: list[TestCase]):
     """(pairs of the same test before and after, tests gone, tests new)."""
     pairs: list[tuple[TestCase, TestCase]] = []
+
+    def _match(left: list[TestCase], unused: dict[int, TestCase],
+               candidates_of: Callable[[TestCase], Iterable[TestCase]]) -> list[TestCase]:
+        still: list[TestCase] = []
+        for test in left:
+            candidates = [t for t in candidates_of(test) if id(t) in unused]
+            candidates.sort(key=lambda t: t.path != test.path)  # the same file first
+            if candidates:
+                pairs.append((test, candidates[0]))
+                del unused[id(candidates[0])]
+            else:
+                still.append(test)
+        return still
+
     unused = {id(t): t for t in after}
     by_name: dict[tuple[str, str], list[TestCase]] = defaultdict(list)
     for test in after:
@@ -197,24 +221,11 @@ def _pair(before: list[TestCase], after: list[TestCase]):
             del unused[id(same[0])]
         else:
             left.append(test)
-    matchers: tuple[Callable[[TestCase, TestCase], bool], ...] = (
-        lambda old, new: old.body_key == new.body_key,
-        lambda old, new: old.name == new.name,
-        lambda old, new: bool(old.assertions) and not (
-            Counter(a.text for a in old.assertions) - Counter(a.text for a in new.assertions)
-        ),
-    )
-    for matches in matchers:
-        still: list[TestCase] = []
-        for test in left:
-            candidates = [t for t in unused.values() if matches(test, t)]
-            candidates.sort(key=lambda t: t.path != test.path)  # the same file first
-            if candidates:
-                pairs.append((test, candidates[0]))
-                del unused[id(candidates[0])]
-            else:
-                still.append(test)
-        left = still
+    # Then by identical body, then by name in another file (each looked up, not searched),
+    # then by keeping every assertion; among candidates, the same file first.
+    left = _match(left, unused, _lookup(unused, lambda t: t.body_key))
+    left = _match(left, unused, _lookup(unused, lambda t: t.name))
+    left = _match(left, unused, lambda old: _keeping_assertions(old, unused))
     return pairs, left, list(unused.values())
 
 
@@ -226,7 +237,16 @@ def _strength_at_least(test: TestCase, level: int) -> int:
     return sum(1 for a in test.assertions if a.strength >= level)
 
 
+def _same_assertions(old: TestCase, new: TestCase) -> bool:
+    """Whether two tests check the same things the same way (their lines aside)."""
+    return len(old.assertions) == len(new.assertions) and all(
+        (a.text, a.strength, a.subject, a.expected) == (b.text, b.strength, b.subject, b.expected)
+        for a, b in zip(old.assertions, new.assertions))
+
+
 def _compare(old: TestCase, new: TestCase, source_changed: bool) -> list[Hit]:
+    if _same_assertions(old, new):
+        return []
     hits: list[Hit] = []
     name = quote(new.name, 80)
     removed = Counter(a.text for a in old.assertions) - Counter(a.text for a in new.assertions)
@@ -270,7 +290,9 @@ def _expected_changes(old: TestCase, new: TestCase, name: str) -> list[Hit]:
     return hits
 
 
-def _new_markers(old: Iterable[Marker], new: Iterable[Marker]) -> list[Marker]:
+def _new_markers(old: tuple[Marker, ...], new: tuple[Marker, ...]) -> list[Marker]:
+    if not new:
+        return []
     count = Counter(m.key for m in old)
     found: list[Marker] = []
     for marker in new:

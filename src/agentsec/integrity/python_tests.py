@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from agentsec.integrity import python_blocks
 from agentsec.integrity.model import (
     STRONG,
     TRIVIAL,
@@ -80,8 +83,15 @@ class _Source:
     segment is ten times cheaper than ``ast.unparse``, and both sides of a change are read the
     same way, so they compare alike. Column offsets are UTF-8 byte offsets."""
 
-    def __init__(self, text: str) -> None:
-        self.lines = text.split("\n")
+    def __init__(self, text: str, lines: list[str] | None = None,
+                 line_map: Callable[[int], int] | None = None) -> None:
+        self.lines = text.split("\n") if lines is None else lines
+        # Where a line of the parsed text is in this side's file: the identity, but for code
+        # parsed once for both sides of a change (see ``analyse_pair``).
+        self._map = line_map
+
+    def line(self, lineno: int) -> int:
+        return lineno if self._map is None else self._map(lineno)
 
     def segment(self, node: ast.AST) -> str:
         first, last = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
@@ -111,16 +121,49 @@ def _unparse(node: ast.AST) -> str:
 
 _READS = (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Starred, ast.Lambda,
           ast.NamedExpr, ast.Await, ast.comprehension)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """The child nodes of ``node``, as ``ast.iter_child_nodes`` gives them but for the
+    load/store context markers, which no check reads: twice as fast, and the walks of a change
+    are most of what is left once it is parsed."""
+    kind = type(node)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f for f in kind._fields if f != "ctx")
+    found: list[ast.AST] = []
+    for name in names:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            found += [item for item in value if isinstance(item, ast.AST)]
+        elif isinstance(value, ast.AST):
+            found.append(value)
+    return found
+
+
+# Leaves no check looks at: the walk of a change does not visit them.
+_LEAVES = (ast.Constant, ast.Name, ast.operator, ast.cmpop, ast.unaryop, ast.boolop)
+
+
+def _inner_children(node: ast.AST) -> list[ast.AST]:
+    return [child for child in _children(node) if not isinstance(child, _LEAVES)]
 
 
 def _is_constant(node: ast.AST) -> bool:
     """True when the expression reads nothing: no name, call, attribute or subscript."""
-    return not any(isinstance(n, _READS) for n in ast.walk(node))
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _READS):
+            return False
+        stack += _children(item)
+    return True
 
 
 def _literal(node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant) and node.value is None:
-        return False  # `x == None` is an existence check, not an expected value
+    if isinstance(node, ast.Constant):
+        return node.value is not None  # `x == None` is an existence check, not an expected value
     if not _is_constant(node):
         return False
     try:
@@ -215,18 +258,18 @@ def _is_skip_decorator(node: ast.expr) -> bool:
     return _ends(dotted(target), _SKIP_DECORATORS)
 
 
-def _skip_marker(node: ast.AST, text: str) -> Marker:
-    return Marker(getattr(node, "lineno", 0), "skip:" + text, quote(text))
+def _skip_marker(node: ast.AST, text: str, src: _Source) -> Marker:
+    return Marker(src.line(getattr(node, "lineno", 0)), "skip:" + text, quote(text))
 
 
-def _body_skip(node: ast.AST) -> Marker | None:
+def _body_skip(node: ast.AST, src: _Source) -> Marker | None:
     """A skip written in a test's body: pytest.skip(), self.skipTest(), raise SkipTest."""
     if isinstance(node, ast.Call) and _ends(dotted(node.func), _SKIP_CALLS):
-        return _skip_marker(node, _unparse(node))
+        return _skip_marker(node, _unparse(node), src)
     if isinstance(node, ast.Raise) and node.exc is not None:
         exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
         if _ends(dotted(exc), _SKIP_RAISES):
-            return _skip_marker(node, _unparse(node))
+            return _skip_marker(node, _unparse(node), src)
     return None
 
 
@@ -250,18 +293,24 @@ class _Test:
     """A test being read: what the walk finds in its body."""
 
     def __init__(self, func: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str,
-                 inherited: tuple[Marker, ...]) -> None:
-        self.func, self.qualname = func, qualname
+                 inherited: tuple[Marker, ...], src: _Source) -> None:
+        self.func, self.qualname, self.src = func, qualname, src
         self.assertions: list[Assertion] = []
         self.skips: list[Marker] = [*inherited]
-        self.skips += [_skip_marker(d, "@" + _unparse(d)) for d in func.decorator_list
+        self.skips += [_skip_marker(d, "@" + _unparse(d), src) for d in func.decorator_list
                        if _is_skip_decorator(d)]
 
-    def case(self, path: str, src: _Source) -> TestCase:
-        return TestCase(path=path, name=self.qualname, line=self.func.lineno,
+    def case(self, path: str, memo: dict[int, tuple[str, int]]) -> TestCase:
+        """The test as the checks compare it. ``memo``: the body key and case count of each
+        function already read (a shared block's, read once for both sides)."""
+        src, func = self.src, self.func
+        known = memo.get(id(func))
+        if known is None:
+            known = memo[id(func)] = (_body_key(src, func),
+                                      _parametrize_cases(func.decorator_list))
+        return TestCase(path=path, name=self.qualname, line=src.line(func.lineno),
                         assertions=tuple(sorted(self.assertions, key=lambda a: a.line)),
-                        skips=tuple(self.skips), body_key=_body_key(src, self.func),
-                        cases=_parametrize_cases(self.func.decorator_list))
+                        skips=tuple(self.skips), body_key=known[0], cases=known[1])
 
 
 def _is_test_class(node: ast.ClassDef) -> bool:
@@ -270,45 +319,49 @@ def _is_test_class(node: ast.ClassDef) -> bool:
     )
 
 
-def _class_skips(node: ast.ClassDef) -> list[Marker]:
-    found = [_skip_marker(d, "@" + _unparse(d)) for d in node.decorator_list
+def _class_skips(node: ast.ClassDef, src: _Source) -> list[Marker]:
+    found = [_skip_marker(d, "@" + _unparse(d), src) for d in node.decorator_list
              if _is_skip_decorator(d)]
     for statement in node.body:
         if isinstance(statement, ast.Assign) and any(
             dotted(t) == "pytestmark" for t in statement.targets
         ):
-            found += _mark_skips(statement.value)
+            found += _mark_skips(statement.value, src)
     return found
 
 
-def _mark_skips(value: ast.expr) -> list[Marker]:
+def _mark_skips(value: ast.expr, src: _Source) -> list[Marker]:
     items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
-    return [_skip_marker(i, "pytestmark = " + _unparse(i)) for i in items if _is_skip_decorator(i)]
+    return [_skip_marker(i, "pytestmark = " + _unparse(i), src) for i in items
+            if _is_skip_decorator(i)]
 
 
-def _tests_in(body: list[ast.stmt], prefix: str = "",
+def _tests_in(body: list[ast.stmt], src: _Source, prefix: str = "",
               inherited: tuple[Marker, ...] = ()) -> list[_Test]:
     found: list[_Test] = []
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith(
             "test"
         ):
-            found.append(_Test(node, prefix + node.name, inherited))
+            found.append(_Test(node, prefix + node.name, inherited, src))
         elif isinstance(node, ast.ClassDef) and _is_test_class(node):
-            skips = (*inherited, *_class_skips(node))
-            found += _tests_in(node.body, f"{prefix}{node.name}.", skips)
+            skips = (*inherited, *_class_skips(node, src))
+            found += _tests_in(node.body, src, f"{prefix}{node.name}.", skips)
     return found
 
 
-def _module_skips(tree: ast.Module) -> list[Marker]:
+_NO_SKIP_HERE = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+
+
+def _module_skips(body: list[ast.stmt], src: _Source) -> list[Marker]:
     found: list[Marker] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    for node in body:
+        if isinstance(node, _NO_SKIP_HERE):
             continue
         if isinstance(node, ast.Assign) and any(dotted(t) == "pytestmark" for t in node.targets):
-            found += _mark_skips(node.value)
+            found += _mark_skips(node.value, src)
         else:
-            found += [m for n in ast.walk(node) if (m := _body_skip(n)) is not None]
+            found += [m for n in ast.walk(node) if (m := _body_skip(n, src)) is not None]
     return found
 
 
@@ -404,23 +457,23 @@ def _exit(node: ast.AST) -> Marker | None:
     return Marker(getattr(node, "lineno", 0), "exit:" + text, quote(text))
 
 
-def _hooks(tree: ast.Module) -> list[Marker]:
+def _hooks(body: list[ast.stmt], src: _Source) -> list[Marker]:
     found: list[Marker] = []
-    for node in tree.body:
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in _HOOKS:
             # A changed hook is a new hook: the key holds its body.
             dump = ast.dump(ast.Module(body=node.body, type_ignores=[]))
             key = f"hook:{node.name}:{hashlib.blake2b(dump.encode(), digest_size=12).hexdigest()}"
-            found.append(Marker(node.lineno, key, quote(f"def {node.name}(...)")))
+            found.append(Marker(src.line(node.lineno), key, quote(f"def {node.name}(...)")))
         elif isinstance(node, (ast.Assign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(dotted(t) in _COLLECT_IGNORE for t in targets):
                 text = _unparse(node)
-                found.append(Marker(node.lineno, "hook:" + text, quote(text)))
+                found.append(Marker(src.line(node.lineno), "hook:" + text, quote(text)))
         elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
               and dotted(node.value.func).split(".")[0] in _COLLECT_IGNORE):
             text = _unparse(node)
-            found.append(Marker(node.lineno, "hook:" + text, quote(text)))
+            found.append(Marker(src.line(node.lineno), "hook:" + text, quote(text)))
     return found
 
 
@@ -474,20 +527,25 @@ def parse(path: str, text: str) -> ast.Module | str:
         return f"Python {MAX_NESTING_NOTE}: not parsed"
 
 
-def _walk(tree: ast.Module, tests: list[_Test], src: _Source, shallow: frozenset[int]):
-    """One pass over the module: each test's assertions and body skips, and every import,
-    patch candidate and exit, wherever they are. The top-level statements in ``shallow`` are
-    passed over but for their imports (see ``Prepared.unchanged``)."""
+@dataclass(frozen=True)
+class Part:
+    """Top-level statements of one side of a file, as parsed, and how to read them: ``src``
+    maps their lines to the side's own. A ``shallow`` part is code both sides share: it is read
+    for its tests, imports, skips and hooks, not walked for assertions, patches or exits, which
+    could only be found the same on both sides and cancel out."""
+
+    body: list[ast.stmt]
+    src: _Source
+    shallow: bool = False
+
+
+def _walk(part: Part, tests: list[_Test], imports: dict[str, str], calls: list[ast.Call],
+          exits: list[Marker]) -> None:
+    """One pass over a part: each test's assertions and body skips, and every import, patch
+    candidate and exit, wherever they are."""
+    src = part.src
     owners = {id(t.func): t for t in tests}
-    imports: dict[str, str] = {}
-    calls: list[ast.Call] = []
-    exits: list[Marker] = []
-    stack: list[tuple[ast.AST, _Test | None]] = []
-    for index, statement in enumerate(tree.body):
-        if index not in shallow:
-            stack.append((statement, None))
-        elif isinstance(statement, (ast.Import, ast.ImportFrom)):
-            _import_roots(statement, imports)
+    stack: list[tuple[ast.AST, _Test | None]] = [(statement, None) for statement in part.body]
     while stack:
         node, owner = stack.pop()
         test = owners.get(id(node))
@@ -496,94 +554,174 @@ def _walk(tree: ast.Module, tests: list[_Test], src: _Source, shallow: frozenset
             stack += [(child, owner) for child in (*test.func.decorator_list, test.func.args)]
             stack += [(child, test) for child in test.func.body]
             continue
-        if isinstance(node, ast.Call):
-            calls.append(node)
+        kind = type(node)
+        if kind is ast.Call:
+            calls.append(node)  # type: ignore[arg-type]
             if owner is not None:
-                found = _call_assertion(src, node)
+                found = _call_assertion(src, node)  # type: ignore[arg-type]
                 if found is not None:
                     owner.assertions.append(found)
-        elif isinstance(node, ast.Assert):
+        elif kind is ast.Assert:
             if owner is not None:
-                owner.assertions.append(_assert_statement(src, node))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            _import_roots(node, imports)
-        if isinstance(node, (ast.Call, ast.Raise)) and owner is not None:
-            skip = _body_skip(node)
+                owner.assertions.append(_assert_statement(src, node))  # type: ignore[arg-type]
+        elif kind is ast.Import or kind is ast.ImportFrom:
+            _import_roots(node, imports)  # type: ignore[arg-type]
+        if owner is not None and (kind is ast.Call or kind is ast.Raise):
+            skip = _body_skip(node, src)
             if skip is not None:
                 owner.skips.append(skip)
-        if isinstance(node, (ast.Call, ast.Raise, ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        if kind in _EXIT_NODES:
             found_exit = _exit(node)
             if found_exit is not None:
                 exits.append(found_exit)
-        stack += [(child, owner) for child in ast.iter_child_nodes(node)]
-    patches = [p for p in (_patch(call, imports) for call in calls) if p is not None]
-    return patches, exits
+        stack += [(child, owner) for child in _inner_children(node)]
 
 
-class Prepared:
-    """A parsed test file, before its analysis: so that the two sides of a modified file can
-    be told which of their top-level statements are the same code."""
-
-    def __init__(self, path: str, text: str, tree: ast.Module) -> None:
-        self.path, self.tree, self.src = path, tree, _Source(text)
-
-    def statement_texts(self) -> list[str]:
-        texts = []
-        for node in self.tree.body:
-            decorators = getattr(node, "decorator_list", None) or [node]
-            first, last = decorators[0].lineno, node.end_lineno or node.lineno
-            texts.append(" ".join(" ".join(self.src.lines[first - 1: last]).split()))
-        return texts
+_EXIT_NODES = frozenset({ast.Call, ast.Raise, ast.Assign, ast.AugAssign, ast.AnnAssign})
 
 
-def prepare(path: str, text: str) -> Prepared | str:
-    tree = parse(path, text)
-    return tree if isinstance(tree, str) else Prepared(path, text, tree)
+def analyse_parts(path: str, parts: list[Part], conftest: bool = False,
+                  memo: dict[int, tuple[str, int]] | None = None) -> FileAnalysis:
+    """A test file or a conftest from its parts: tests, skips, patches, exits, hooks."""
+    memo = {} if memo is None else memo
+    try:
+        # A module-level skip applies to every test of the file, as a class's does to its
+        # methods: each test carries it, and the checks report each marker once.
+        inherited = tuple(m for part in parts for m in _module_skips(part.body, part.src))
+        tests = [[] if conftest else _tests_in(part.body, part.src, inherited=inherited)
+                 for part in parts]
+        imports: dict[str, str] = {}
+        for part in parts:
+            if part.shallow:
+                for statement in part.body:
+                    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                        _import_roots(statement, imports)
+        calls: list[ast.Call] = []
+        exits: list[Marker] = []
+        for part, found in zip(parts, tests):
+            if not part.shallow:
+                _walk(part, found, imports, calls, exits)
+        patches = [p for p in (_patch(call, imports) for call in calls) if p is not None]
+        cases = sorted((t.case(path, memo) for found in tests for t in found),
+                       key=lambda c: c.line)
+        return FileAnalysis(
+            path,
+            tests=tuple(cases),
+            patches=tuple(patches),
+            exits=tuple(sorted(exits, key=lambda m: m.line)),
+            hooks=tuple(m for part in parts for m in _hooks(part.body, part.src))
+            if conftest else (),
+        )
+    except RecursionError:
+        return FileAnalysis(path, problem=f"Python {MAX_NESTING_NOTE}: not analysed")
 
 
-def unchanged(a: Prepared, b: Prepared) -> tuple[frozenset[int], frozenset[int]]:
-    """The top-level statements each side has in common with the other, as the same code.
+def _statement_texts(tree: ast.Module, src: _Source) -> list[str]:
+    texts = []
+    for node in tree.body:
+        decorators = getattr(node, "decorator_list", None) or [node]
+        first, last = decorators[0].lineno, node.end_lineno or node.lineno
+        texts.append(" ".join(" ".join(src.lines[first - 1: last]).split()))
+    return texts
 
-    Analysing them could only find the same things on both sides, which every check cancels
-    out (a test paired with its twin compares equal; a patch or an exit found on both sides is
-    not new), so they are passed over: most of a modified file is unchanged."""
+
+def _unchanged(a: list[str], b: list[str]) -> tuple[frozenset[int], frozenset[int]]:
+    """The top-level statements each side has in common with the other, as the same code."""
     left: dict[str, list[int]] = {}
-    for index, text in enumerate(a.statement_texts()):
+    for index, text in enumerate(a):
         left.setdefault(text, []).append(index)
     same_a: set[int] = set()
     same_b: set[int] = set()
-    for index, text in enumerate(b.statement_texts()):
+    for index, text in enumerate(b):
         if left.get(text):
             same_a.add(left[text].pop(0))
             same_b.add(index)
     return frozenset(same_a), frozenset(same_b)
 
 
+def _split(tree: ast.Module, src: _Source, shallow: frozenset[int]) -> list[Part]:
+    same = [s for i, s in enumerate(tree.body) if i in shallow]
+    other = [s for i, s in enumerate(tree.body) if i not in shallow]
+    return [Part(same, src, shallow=True), Part(other, src)]
+
+
+def analyse_pair_whole(path: str, before: str | None, after: str | None,
+                 conftest: bool) -> tuple[FileAnalysis | None, FileAnalysis | None]:
+    """Each side parsed whole; of a file on both sides, the top-level statements they share
+    (by their code, whitespace aside) are read shallow."""
+    trees = [None if text is None else parse(path, text) for text in (before, after)]
+    sources = [None if text is None else _Source(text) for text in (before, after)]
+    shallow: list[frozenset[int]] = [frozenset(), frozenset()]
+    old, new = trees
+    if isinstance(old, ast.Module) and isinstance(new, ast.Module):
+        assert sources[0] is not None and sources[1] is not None
+        shallow = list(_unchanged(_statement_texts(old, sources[0]),
+                                  _statement_texts(new, sources[1])))
+    results: list[FileAnalysis | None] = []
+    for tree, src, same in zip(trees, sources, shallow):
+        if tree is None or src is None:
+            results.append(None)
+        elif isinstance(tree, str):
+            results.append(FileAnalysis(path, problem=tree))
+        else:
+            results.append(analyse_parts(path, _split(tree, src, same), conftest))
+    return results[0], results[1]
+
+
+def analyse_pair(path: str, before: str | None, after: str | None,
+                 conftest: bool = False) -> tuple[FileAnalysis | None, FileAnalysis | None]:
+    """One test file (or conftest) before and after a change; None for a side it is not on.
+
+    Of a file on both sides, the top-level blocks whose text is the same on both are parsed
+    once, for both (``python_blocks``); the rest of each side on its own. When the blocks cannot
+    be told apart reliably, each side is parsed whole: the analysis is the same either way,
+    only slower."""
+    if before is not None and after is not None:
+        shared = python_blocks.plan(before, after)
+        if shared is not None:
+            parsed = _parse_plan(path, shared)
+            if parsed is not None:
+                (same, src_before, src_after), changed = parsed
+                memo: dict[int, tuple[str, int]] = {}  # the shared tests, read once
+                return (
+                    analyse_parts(path, [Part(same, src_before, shallow=True), changed[0]],
+                                  conftest, memo),
+                    analyse_parts(path, [Part(same, src_after, shallow=True), changed[1]],
+                                  conftest, memo),
+                )
+    return analyse_pair_whole(path, before, after, conftest)
+
+
+def _parse_plan(path: str, shared: python_blocks.Plan):
+    """The plan's three texts parsed, each checked to hold exactly its blocks; None when one
+    does not parse or does not fit (then the caller parses each side whole)."""
+    trees = []
+    for text, blocks in ((shared.same_text, shared.same_blocks),
+                         (shared.before_text, shared.before_blocks),
+                         (shared.after_text, shared.after_blocks)):
+        if not blocks:
+            trees.append(ast.Module(body=[], type_ignores=[]))
+            continue
+        tree = parse(path, text)
+        if isinstance(tree, str) or not python_blocks.fits(tree.body, blocks):
+            return None
+        trees.append(tree)
+    same, before, after = trees
+    before_lines, after_lines = shared.before_lines, shared.after_lines
+    src_before = _Source("", before_lines)
+    src_after = _Source("", after_lines)
+    # The shared blocks sit at their lines in the tree before; the tree after has them where
+    # it has them.
+    src_same_after = _Source("", before_lines, shared.after_line)
+    return (same.body, src_before, src_same_after), (Part(before.body, src_before),
+                                                    Part(after.body, src_after))
+
+
 def analyse_test(path: str, text: str, conftest: bool = False) -> FileAnalysis:
-    """A test file or a conftest: tests, skips, patches, exits, hooks."""
-    prepared = prepare(path, text)
-    if isinstance(prepared, str):
-        return FileAnalysis(path, problem=prepared)
-    return analyse_prepared(prepared, conftest)
-
-
-def analyse_prepared(prepared: Prepared, conftest: bool = False,
-                     shallow: frozenset[int] = frozenset()) -> FileAnalysis:
-    path, tree, src = prepared.path, prepared.tree, prepared.src
-    try:
-        # A module-level skip applies to every test of the file, as a class's does to its
-        # methods: each test carries it, and the checks report each marker once.
-        tests = [] if conftest else _tests_in(tree.body, inherited=tuple(_module_skips(tree)))
-        patches, exits = _walk(tree, tests, src, shallow)
-        return FileAnalysis(
-            path,
-            tests=tuple(t.case(path, src) for t in tests),
-            patches=tuple(patches),
-            exits=tuple(sorted(exits, key=lambda m: m.line)),
-            hooks=tuple(_hooks(tree)) if conftest else (),
-        )
-    except RecursionError:
-        return FileAnalysis(path, problem=f"Python {MAX_NESTING_NOTE}: not analysed")
+    """A test file or a conftest alone: tests, skips, patches, exits, hooks."""
+    analysis, _ = analyse_pair(path, text, None, conftest)
+    assert analysis is not None
+    return analysis
 
 
 def analyse_source(path: str, text: str) -> FileAnalysis:
