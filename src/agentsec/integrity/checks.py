@@ -523,7 +523,7 @@ def detect_config(change: Change) -> list[Hit]:
     packages = _read_configs(change, Kind.PACKAGE_JSON, cfg.read_package_json)
     for side in SIDES:
         for path, package in packages[side].items():
-            js_cfg[side][f"{path} (jest)"] = package.jest
+            js_cfg[side][path] = package.jest
     hits = cfg.pytest_config_hits(pytest_cfg["before"], pytest_cfg["after"])
     hits += cfg.js_config_hits(js_cfg["before"], js_cfg["after"])
     for path in sorted(set(packages["before"]) | set(packages["after"])):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from agentsec.integrity.js_tokens import TokenizeError, match_brackets, tokenize
+from agentsec.integrity.js_tokens import LineIndex, TokenizeError, match_brackets, tokenize
 from agentsec.integrity.model import Hit, quote
 
 # --- commands
@@ -106,6 +106,24 @@ def command_change(before: str, after: str) -> tuple[str, str] | None:
     return None
 
 
+def key_line(text: str, key: str, after: str | None = None, quoted: bool = False) -> int:
+    """The line (from 1) where ``key`` is set: ``key =`` or ``key:`` opening a line of an INI
+    or TOML file, or ``"key":`` anywhere (``quoted``, JSON); looked for after the first match
+    of the pattern ``after`` (a section header, the key of an enclosing object) when that is
+    given. 0 when it is not found."""
+    start = 0
+    if after is not None:
+        header = re.search(after, text, re.MULTILINE)
+        if header is None:
+            return 0
+        start = header.end()
+    name = re.escape(key)
+    pattern = (re.compile(rf"[\"']{name}[\"'][ \t]*:") if quoted
+               else re.compile(rf"^[ \t]*{name}[ \t]*[=:]", re.MULTILINE | re.IGNORECASE))
+    found = pattern.search(text, start)
+    return text.count("\n", 0, found.start()) + 1 if found else 0
+
+
 def _shown(before: str, after: str | None) -> str:
     old = quote(before, 80)
     return f"`{old}` removed" if after is None else f"`{old}` → `{quote(after, 80)}`"
@@ -123,6 +141,7 @@ _PYTEST_SECTIONS = {"pytest.ini": "pytest", "tox.ini": "pytest", "setup.cfg": "t
 class PytestConfig:
     addopts: list[str] = field(default_factory=list)
     lists: dict[str, list[str]] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)  # where each setting is (0: unknown)
 
 
 def _as_list(value: Any) -> list[str]:
@@ -136,6 +155,7 @@ def read_pytest_config(path: str, text: str) -> PytestConfig | str:
     not be read."""
     name = PurePosixPath(path).name
     settings: dict[str, Any] = {}
+    section = r"^\[tool\.pytest(?:\.ini_options)?\]"
     if name == "pyproject.toml":
         if sys.version_info >= (3, 11):
             import tomllib
@@ -158,9 +178,10 @@ def read_pytest_config(path: str, text: str) -> PytestConfig | str:
             parser.read_string(text, source=path)
         except configparser.Error as exc:
             return f"malformed INI ({quote(str(exc).splitlines()[0], 80)}): not analysed"
-        section = _PYTEST_SECTIONS.get(name, "pytest")
-        if parser.has_section(section):
-            settings = dict(parser.items(section))
+        name_of_section = _PYTEST_SECTIONS.get(name, "pytest")
+        if parser.has_section(name_of_section):
+            settings = dict(parser.items(name_of_section))
+        section = rf"^\[{re.escape(name_of_section)}\]"
     config = PytestConfig()
     addopts = settings.get("addopts", "")
     config.addopts = deselecting(
@@ -169,6 +190,8 @@ def read_pytest_config(path: str, text: str) -> PytestConfig | str:
     for key in (*_NARROWED_BY_LOSS, *_NARROWED_BY_GAIN):
         if key in settings:
             config.lists[key] = _as_list(settings[key])
+    for key in ("addopts", *config.lists):
+        config.lines[key] = key_line(text, key, section)
     return config
 
 
@@ -182,7 +205,8 @@ def pytest_config_hits(
             if old[item] > 0:
                 old[item] -= 1
                 continue
-            hits.append(Hit("INT-005", path, 0, f"addopts gained `{quote(item, 120)}`"))
+            hits.append(Hit("INT-005", path, config.lines.get("addopts", 0),
+                            f"addopts gained `{quote(item, 120)}`"))
     for key in (*_NARROWED_BY_LOSS, *_NARROWED_BY_GAIN):
         was = {v for c in before.values() for v in c.lists.get(key, [])}
         had_key = any(key in c.lists for c in before.values())
@@ -200,7 +224,7 @@ def pytest_config_hits(
                 changed = sorted(now)
                 why = f"{key} set to `{quote(' '.join(changed), 100)}` (was every test)"
             if changed:
-                hits.append(Hit("INT-005", path, 0, why))
+                hits.append(Hit("INT-005", path, config.lines.get(key, 0), why))
     return hits
 
 
@@ -216,10 +240,14 @@ _FLAG_KEYS = frozenset({"passWithNoTests", "onlyChanged"})
 class JsConfig:
     # key -> the string values it lists (ignore and narrow keys), or "true" for a flag key.
     values: dict[str, list[str]] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)  # where each key is (0: unknown)
+    prefix: str = ""  # how its keys are named in evidence: "jest." in a package.json
 
 
-def _json_config(obj: Any) -> JsConfig:
-    config = JsConfig()
+def _json_config(obj: Any, text: str, within: str | None = None, prefix: str = "") -> JsConfig:
+    """The keys of a jest/vitest configuration object read from JSON; ``within``: the pattern
+    of the key that holds it in ``text`` (package.json's "jest"), for the keys' lines."""
+    config = JsConfig(prefix=prefix)
     if not isinstance(obj, dict):
         return config
     for key, value in obj.items():
@@ -229,13 +257,16 @@ def _json_config(obj: Any) -> JsConfig:
             ]
         elif key in _FLAG_KEYS and value is True:
             config.values[key] = ["true"]
+        else:
+            continue
+        config.lines[key] = key_line(text, key, within, quoted=True)
     return config
 
 
 def read_js_config(path: str, text: str) -> JsConfig | str:
     if path.endswith(".json"):
         try:
-            return _json_config(json.loads(text))
+            return _json_config(json.loads(text), text)
         except (ValueError, RecursionError):
             return "malformed JSON: not analysed"
     try:
@@ -244,6 +275,7 @@ def read_js_config(path: str, text: str) -> JsConfig | str:
         return f"{exc}: not analysed"
     match = match_brackets(tokens)
     config = JsConfig()
+    lines = LineIndex(text)
     for index, token in enumerate(tokens[:-2]):
         key = token.text.strip("'\"") if token.kind == "str" else token.text
         if token.kind not in ("name", "str") or not tokens[index + 1].is_punct(":"):
@@ -259,6 +291,9 @@ def read_js_config(path: str, text: str) -> JsConfig | str:
             config.values.setdefault(key, []).extend(listed)
         elif key in _FLAG_KEYS and value.is_name("true"):
             config.values[key] = ["true"]
+        else:
+            continue
+        config.lines.setdefault(key, lines.line(token.start))
     return config
 
 
@@ -271,16 +306,17 @@ def js_config_hits(before: dict[str, JsConfig], after: dict[str, JsConfig]) -> l
             now = config.values.get(key)
             if now is None:
                 continue
+            line, named = config.lines.get(key, 0), config.prefix + key
             if key in _NARROW_KEYS:
                 lost = [v for v in was if v not in now]
                 if lost and was:
-                    hits.append(Hit("INT-005", path, 0,
-                                    f"{key} lost `{quote(' '.join(lost), 100)}`"))
+                    hits.append(Hit("INT-005", path, line,
+                                    f"{named} lost `{quote(' '.join(lost), 100)}`"))
                 continue
             gained = Counter(now) - was
             if gained:
                 shown = "true" if key in _FLAG_KEYS else " ".join(gained)
-                hits.append(Hit("INT-005", path, 0, f"{key} gained `{quote(shown, 100)}`"))
+                hits.append(Hit("INT-005", path, line, f"{named} gained `{quote(shown, 100)}`"))
     return hits
 
 
@@ -291,6 +327,10 @@ def js_config_hits(before: dict[str, JsConfig], after: dict[str, JsConfig]) -> l
 class PackageJson:
     jest: JsConfig
     test_script: str | None
+    test_line: int = 0  # where scripts.test is (0: unknown)
+
+
+_SCRIPTS_KEY = r"[\"']scripts[\"'][ \t]*:"
 
 
 def read_package_json(path: str, text: str) -> PackageJson | str:
@@ -299,10 +339,13 @@ def read_package_json(path: str, text: str) -> PackageJson | str:
     except (ValueError, RecursionError):
         return "malformed JSON: not analysed"
     if not isinstance(data, dict):
-        return PackageJson(JsConfig(), None)
+        return PackageJson(JsConfig(prefix="jest."), None)
     scripts = data.get("scripts")
     script = scripts.get("test") if isinstance(scripts, dict) else None
-    return PackageJson(_json_config(data.get("jest")), script if isinstance(script, str) else None)
+    jest = _json_config(data.get("jest"), text, r"[\"']jest[\"'][ \t]*:", prefix="jest.")
+    if not isinstance(script, str):
+        return PackageJson(jest, None)
+    return PackageJson(jest, script, key_line(text, "test", _SCRIPTS_KEY, quoted=True))
 
 
 def script_hits(path: str, before: PackageJson | None, after: PackageJson | None) -> list[Hit]:
@@ -312,11 +355,13 @@ def script_hits(path: str, before: PackageJson | None, after: PackageJson | None
     if old is None or old == new:
         return []
     if new is None:
-        return [Hit("INT-015", path, 0, f"scripts.test {_shown(old, None)}")]
+        line = before.test_line if before else 0
+        return [Hit("INT-015", path, line, f"scripts.test {_shown(old, None)}", side="before")]
     change = command_change(old, new)
     if change is None:
         return []
-    return [Hit(change[0], path, 0, f"scripts.test {_shown(old, new)}: {change[1]}")]
+    line = after.test_line if after else 0
+    return [Hit(change[0], path, line, f"scripts.test {_shown(old, new)}: {change[1]}")]
 
 
 # --- GitHub Actions workflows

@@ -13,9 +13,11 @@ Found, per test file:
   imported from local paths (``jest.spyOn``, ``vi.spyOn``, ``mock.method``, ``sinon.stub``), and
   exits (``process.exit()`` or ``process.exit(0)``, ``process.exitCode = 0``).
 
-In source files: ``function name(…) {…}`` declarations and ``const name = (…) => …`` /
-``function`` expressions, and whether their body is a stub (empty, ``return`` of a literal, a
-lone ``throw new …``). Class methods and object methods are not looked at.
+In source files: ``function name(…) {…}`` declarations, ``const name = (…) => …`` /
+``function`` expressions, and the methods and function-valued properties of classes and object
+literals (``add(a, b) {…}``, ``get total() {…}``, ``add: (a, b) => …``, a class field
+``add = (a, b) => …``), named ``Class.method`` / ``object.method``; and whether each body is a
+stub (empty, ``return`` of a literal, a lone ``throw new …``).
 
 Tests built in loops or helpers (``for (const c of cases) it(c.name, …)``) are found once, with
 the name as written; tests registered through another name (``const t = test; t(…)``) are not.
@@ -498,6 +500,54 @@ def _stub(f: _File, open_brace: int) -> str | None:
     return quote(_join(f.tokens[open_brace + 1: closing + 1]), 80)
 
 
+def _after_params(f: _File, params_end: int) -> int:
+    """The index after a parameter list's ')', past a TypeScript return type: where a body or
+    an arrow is. A return type written as an object type (``): { a: T } {``) is read as the
+    body, which then is no stub: a miss, never a false stub."""
+    cursor = params_end + 1
+    if not f.punct(cursor, ":"):
+        return cursor
+    cursor += 1
+    while (token := f.tok(cursor)) is not None:
+        if token.kind == "punct" and token.text in ("{", "=>", ";", ",", "}", ")", "]"):
+            return cursor  # a body, an arrow, or the end of a signature that has none
+        if token.kind == "punct" and token.text in "([":
+            closing = f.close(cursor)
+            if closing < 0:
+                return cursor
+            cursor = closing
+        cursor += 1
+    return cursor
+
+
+def _function_value(f: _File, cursor: int) -> int | None:
+    """For a function written as a value at ``cursor`` (``function (…) {…}``, ``(…) => …``,
+    ``x => …``, either ``async``), the index of its body's '{' or of its arrow's expression."""
+    if f.tok(cursor) is not None and f.tokens[cursor].is_name("async"):
+        cursor += 1
+    token = f.tok(cursor)
+    if token is None:
+        return None
+    if token.is_name("function"):
+        cursor += 1
+        if f.punct(cursor, "*"):
+            cursor += 1
+        if f.tok(cursor) is not None and f.tokens[cursor].kind == "name":
+            cursor += 1  # a named function expression
+        params_end = f.close(cursor) if f.punct(cursor, "(") else -1
+        return _after_params(f, params_end) if params_end > 0 else None
+    if token.is_punct("("):
+        params_end = f.close(cursor)
+    elif token.kind == "name":
+        params_end = cursor
+    else:
+        return None
+    if params_end < 0:
+        return None
+    arrow = _after_params(f, params_end) if token.is_punct("(") else params_end + 1
+    return arrow + 1 if f.punct(arrow, "=>") else None
+
+
 def _function_at(f: _File, index: int) -> tuple[str, int] | None:
     """(name, index of the body's '{' or of an arrow's expression) for a function at index."""
     token = f.tokens[index]
@@ -509,32 +559,98 @@ def _function_at(f: _File, index: int) -> tuple[str, int] | None:
         if name is None or name.kind != "name" or not f.punct(cursor + 1, "("):
             return None
         params_end = f.close(cursor + 1)
-        return (name.text, params_end + 1) if params_end > 0 else None
+        return (name.text, _after_params(f, params_end)) if params_end > 0 else None
     if token.text in ("const", "let", "var"):
         name = f.tok(index + 1)
         if name is None or name.kind != "name" or not f.punct(index + 2, "="):
             return None
-        cursor = index + 3
-        if f.tok(cursor) is not None and f.tokens[cursor].is_name("async"):
-            cursor += 1
-        if f.tok(cursor) is not None and f.tokens[cursor].is_name("function"):
-            inner = _function_at(f, cursor) if f.tok(cursor + 1) is not None and (
-                f.tokens[cursor + 1].kind == "name"
-            ) else None
-            if inner is not None:
-                return name.text, inner[1]
-            params_end = f.close(cursor + 1) if f.punct(cursor + 1, "(") else -1
-            return (name.text, params_end + 1) if params_end > 0 else None
-        if f.punct(cursor, "("):
-            params_end = f.close(cursor)
-        elif f.tok(cursor) is not None and f.tokens[cursor].kind == "name":
-            params_end = cursor
-        else:
-            return None
-        if params_end < 0 or not f.punct(params_end + 1, "=>"):
-            return None
-        return name.text, params_end + 2
+        body = _function_value(f, index + 3)
+        return (name.text, body) if body is not None else None
     return None
+
+
+# Before an object literal's '{' (as against a block's): what starts an expression.
+_EXPRESSION_BEFORE = frozenset({"=", "(", ",", ":", "[", "?", "return", "||", "&&", "default"})
+_MEMBER_AFTER = frozenset({"{", "}", ";", ",", "*", "static", "async", "get", "set", "public",
+                           "private", "protected", "readonly", "override"})
+
+
+def _owners(f: _File) -> dict[int, str]:
+    """The '{' of each class body and object literal, with the name it goes by: the class's,
+    or the name the object is assigned to or keyed by ('?' when it has none)."""
+    owners: dict[int, str] = {}
+    for index, token in enumerate(f.tokens):
+        if not token.is_punct("{"):
+            continue
+        before = f.tok(index - 1)
+        if before is None:
+            continue
+        cursor = index - 1
+        # class Name {  /  class Name extends Base {  /  class Name<T> extends Base<T> {
+        while cursor > 0 and not f.tokens[cursor].is_name("class") and index - cursor < 40 and (
+            not f.tokens[cursor].is_punct(";") and not f.tokens[cursor].is_punct("{")
+            and not f.tokens[cursor].is_punct("}") and not f.tokens[cursor].is_punct("=>")
+        ):
+            cursor -= 1
+        if f.tokens[cursor].is_name("class"):
+            named = f.tok(cursor + 1)
+            owners[index] = named.text if named is not None and named.kind == "name" and (
+                named.text != "extends") else "?"
+            continue
+        if (before.kind == "punct" or before.kind == "name") and (
+            before.text in _EXPRESSION_BEFORE
+        ):
+            holder = f.tok(index - 2)
+            if before.text in ("=", ":") and holder is not None and holder.kind in ("name", "str"):
+                owners[index] = _unquote(holder)
+            else:
+                owners[index] = "default" if before.text == "default" else "?"
+    return owners
+
+
+def _members(f: _File) -> list[tuple[str, int, int]]:
+    """(qualified name, index of its name, index of its body or arrow expression) for each
+    method and function-valued property of a class body or object literal."""
+    owners = _owners(f)
+    found: list[tuple[str, int, int]] = []
+    stack: list[int] = []  # the open '{' around each token
+    for index, token in enumerate(f.tokens):
+        if token.is_punct("{"):
+            stack.append(index)
+            continue
+        if token.is_punct("}"):
+            if stack:
+                stack.pop()
+            continue
+        if token.kind not in ("name", "str") or not stack or stack[-1] not in owners:
+            continue
+        before = f.tok(index - 1)
+        if before is None or before.text not in _MEMBER_AFTER or (
+            before.kind == "str" or before.kind == "template"
+        ):
+            continue
+        name = _unquote(token)
+        body: int | None = None
+        if f.punct(index + 1, "(") and (params_end := f.close(index + 1)) > 0:
+            start = _after_params(f, params_end)
+            body = start if f.punct(start, "{") else None  # a method; else an overload
+        elif f.punct(index + 1, ":") or (f.punct(index + 1, "=") and not f.punct(index + 2, "=")):
+            body = _function_value(f, index + 2)
+        if body is not None:
+            found.append((f"{owners[stack[-1]]}.{name}", index, body))
+    return found
+
+
+def _body_stub(f: _File, body: int) -> str | None:
+    if f.punct(body, "{"):
+        return _stub(f, body)
+    # an arrow's expression body: a stub when it is a lone literal
+    following = f.tok(body + 1)
+    expression = [f.tokens[body]] if f.tok(body) is not None and (
+        following is None or following.is_punct(";")
+        or (following.kind == "punct" and following.text in ",)}")
+    ) else []
+    return _join(expression) if expression and _is_literal(expression) else None
 
 
 def analyse_source(path: str, source: str) -> FileAnalysis:
@@ -547,16 +663,9 @@ def analyse_source(path: str, source: str) -> FileAnalysis:
         if token.kind != "name" or token.text not in ("function", "const", "let", "var"):
             continue
         found = _function_at(f, index)
-        if found is None:
-            continue
-        name, body = found
-        if f.punct(body, "{"):
-            stub = _stub(f, body)
-        else:  # an arrow's expression body: a stub when it is a lone literal
-            following = f.tok(body + 1)
-            expression = [f.tokens[body]] if following is None or following.is_punct(";") or (
-                following.kind == "punct" and following.text in ",)}"
-            ) else []
-            stub = _join(expression) if expression and _is_literal(expression) else None
-        functions.append(FunctionBody(name, f.line(index), stub))
+        if found is not None:
+            name, body = found
+            functions.append(FunctionBody(name, f.line(index), _body_stub(f, body)))
+    for name, index, body in _members(f):
+        functions.append(FunctionBody(name, f.line(index), _body_stub(f, body)))
     return FileAnalysis(path, functions=tuple(functions))

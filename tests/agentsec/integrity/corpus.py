@@ -273,6 +273,82 @@ JEST_CONFIG = d('''
     };
 ''')
 
+# ---- JavaScript and TypeScript: the code under test in class and object methods
+
+CALC_CLASS = d('''
+    export class Calculator {
+      constructor(base = 0) {
+        this.base = base;
+      }
+
+      add(a, b) {
+        return this.base + a + b;
+      }
+
+      get offset() {
+        return this.base;
+      }
+
+      static version() {
+        return '1.0';
+      }
+    }
+
+    export const units = {
+      toCents(amount) {
+        return Math.round(amount * 100);
+      },
+      fromCents: (cents) => cents / 100,
+    };
+''')
+CLASS_TESTS = d('''
+    import { Calculator, units } from '../src/calc.js';
+
+    describe('Calculator', () => {
+      it('adds', () => {
+        expect(new Calculator(1).add(2, 3)).toBe(6);
+        expect(Calculator.version()).toMatch(/^1\\./);
+      });
+    });
+
+    test('cents', () => {
+      expect(units.toCents(1.5)).toBe(150);
+      expect(units.fromCents(250)).toBe(2.5);
+    });
+''')
+JSC = {"src/calc.js": CALC_CLASS, "test/calc.test.js": CLASS_TESTS,
+       "package.json": '{"name": "c", "scripts": {"test": "jest"}}\n'}
+CALC_TS = d('''
+    export class Parser {
+      private readonly radix: number = 10;
+
+      parse(text: string): number {
+        const value = Number.parseInt(text.trim(), this.radix);
+        if (Number.isNaN(value)) {
+          throw new Error(`not a number: ${text}`);
+        }
+        return value;
+      }
+
+      parseAll(texts: string[]): number[] {
+        return texts.map((t) => this.parse(t));
+      }
+    }
+''')
+TS = {"src/parser.ts": CALC_TS, "test/parser.test.ts": d('''
+    import { Parser } from '../src/parser';
+
+    it('parses', () => {
+      expect(new Parser().parse(' 42 ')).toBe(42);
+      expect(new Parser().parseAll(['1', '2'])).toEqual([1, 2]);
+    });
+''')}
+
+
+def jsc(**edits: str | None) -> Files:
+    return changed(JSC, **edits)
+
+
 CASES: list[Case] = [
     # ---- tampered: Python (pytest)
     Case("py-test-file-deleted", PY, py(tests__test_calc_dot_py=None),
@@ -409,6 +485,14 @@ CASES: list[Case] = [
          frozenset({"INT-005"})),
     Case("js-function-stubbed", JS, js(src__math_dot_js=sub(MATH, "  return a + b;", "  return 3;")),
          frozenset({"INT-012"})),
+    Case("js-class-method-stubbed", JSC, jsc(src__calc_dot_js=sub(CALC_CLASS, "return this.base + a + b;", "return 6;")),
+         frozenset({"INT-012"})),
+    Case("js-object-method-stubbed", JSC, jsc(src__calc_dot_js=sub(CALC_CLASS, "return Math.round(amount * 100);", "return 150;")),
+         frozenset({"INT-012"})),
+    Case("js-object-arrow-property-stubbed", JSC, jsc(src__calc_dot_js=sub(CALC_CLASS, "(cents) => cents / 100,", "(cents) => 2.5,")),
+         frozenset({"INT-012"})),
+    Case("ts-class-method-throws", TS, {**TS, "src/parser.ts": sub(CALC_TS, "    const value = Number.parseInt(text.trim(), this.radix);\n    if (Number.isNaN(value)) {\n      throw new Error(`not a number: ${text}`);\n    }\n    return value;", "    throw new Error('not implemented');")},
+         frozenset({"INT-012"})),
     Case("js-process-exit", JS, js(sub(JEST, "describe('math'", "process.exit(0);\n\ndescribe('math'")),
          frozenset({"INT-013"})),
     # ---- tampered: vitest
@@ -459,6 +543,10 @@ CASES: list[Case] = [
     Case("honest-js-stricter", {**JS, "test/math.test.js": sub(JEST, "expect(add(1, 2)).toBe(3)", "expect(add(1, 2)).toBeTruthy()")}, JS),
     Case("honest-js-new-tests", JS, js(JEST + "\ndescribe('more', () => {\n  it('adds zero', () => {\n    expect(add(0, 0)).toBe(0);\n  });\n});\n")),
     Case("honest-js-refactor-code", JS, js(src__math_dot_js=MATH_REFACTORED)),
+    Case("honest-js-class-method-refactored", JSC, jsc(src__calc_dot_js=sub(CALC_CLASS, "return this.base + a + b;", "const sum = a + b;\n    return this.base + sum;"))),
+    Case("honest-js-class-method-stubbed-unused", JSC, jsc(src__calc_dot_js=sub(CALC_CLASS, "  get offset() {\n    return this.base;", "  get offset() {\n    return 0;"))),
+    Case("honest-js-constant-method-changed", JSC, jsc(src__calc_dot_js=sub(CALC_CLASS, "return '1.0';", "return '1.1';"))),
+    Case("honest-ts-class-method-refactored", TS, {**TS, "src/parser.ts": sub(CALC_TS, "return texts.map((t) => this.parse(t));", "const parsed: number[] = [];\n    for (const t of texts) parsed.push(this.parse(t));\n    return parsed;")}),
     Case("honest-js-test-moved", JS, {**js(sub(JEST, "\n  it('doubles', () => {\n    expect(double(4)).toEqual(8);\n  });\n", "")), "test/double.test.js": "import { double } from '../src/math.js';\n\ndescribe('math', () => {\n  it('doubles', () => {\n    expect(double(4)).toEqual(8);\n  });\n});\n"}),
     Case("honest-js-tricky-strings-and-regex", JS, js(sub(JEST, "const s = \"it.skip('no')\";", "const s = `it.only(${'x'})` + 'test.skip(' + \"xit(\";\n      const re = /it\\.only\\(|[/]test.skip/g; /* describe.skip('c') */\n      expect(re.test(s)).toBe(true);"))),
     Case("honest-js-config-ignore-removed", {**JS, "jest.config.js": sub(JEST_CONFIG, "['/node_modules/']", "['/node_modules/', '/legacy/']")}, {**JS, "jest.config.js": JEST_CONFIG}),

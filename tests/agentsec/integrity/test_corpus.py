@@ -54,3 +54,39 @@ def test_the_corpus_covers_each_runner():
     for runner in ("honest-py-", "honest-unittest-", "honest-js-", "honest-vitest-",
                    "honest-node-test-", "honest-ci-"):
         assert runner in names, runner
+
+
+# Where each configuration finding of the corpus is: (path, line, side). SARIF points at it.
+CONFIG_LINES = {
+    "py-pytest-ini-k": ("pytest.ini", 2, "after"),
+    "py-setup-cfg-ignore": ("setup.cfg", 5, "after"),
+    "py-tox-ini-deselect-and-plugin": ("tox.ini", 5, "after"),
+    "py-pyproject-addopts": ("pyproject.toml", 5, "after"),
+    "py-testpaths-narrowed": ("pytest.ini", 3, "after"),
+    "jest-config-ignore": ("jest.config.js", 3, "after"),
+    "jest-package-json-ignore": ("package.json", 1, "after"),
+    "vitest-config-exclude": ("vitest.config.ts", 5, "after"),
+    "npm-test-script-or-true": ("package.json", 1, "after"),
+    "npm-test-script-removed": ("package.json", 1, "before"),
+    "ci-or-true": (".github/workflows/ci.yml", 11, "after"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_LINES))
+def test_configuration_findings_point_at_the_setting(name: str, tmp_path: Path):
+    (case,) = [c for c in CASES if c.name == name]
+    findings = run_case(case, tmp_path).findings
+    assert findings
+    assert {(f.path, f.line, f.side) for f in findings} == {CONFIG_LINES[name]}
+
+
+def test_a_jest_key_in_package_json_is_found_inside_its_object(tmp_path: Path):
+    package = ('{\n  "name": "m",\n  "exclude": ["x"],\n  "scripts": {"test": "jest"},\n'
+               '  "jest": {\n    "testPathIgnorePatterns": ["math"]\n  }\n}\n')
+    before = {"package.json": '{"name": "m", "scripts": {"test": "jest"}}\n',
+              "src/m.js": "export const a = 1;\n"}
+    outcome = run_case(Case("t", before, {**before, "package.json": package},
+                            frozenset({"INT-005"})), tmp_path)
+    (finding,) = outcome.findings
+    assert (finding.line, finding.path) == (6, "package.json")
+    assert finding.evidence.startswith("jest.testPathIgnorePatterns gained")

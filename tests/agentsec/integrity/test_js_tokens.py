@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentsec.integrity.js_tests import analyse_test
+from agentsec.integrity.js_tests import analyse_source, analyse_test
 from agentsec.integrity.js_tokens import LineIndex, TokenizeError, match_brackets, tokenize
 
 
@@ -97,3 +97,36 @@ def test_tests_and_expectations_found_through_the_noise():
     assert len(each.assertions) == 1 and each.assertions[0].subject == "f(n).strictEqual"
     assert each.assertions[0].expected == "1"
     assert one.body_key != each.body_key  # the timeout after the function is not the body
+
+
+def test_source_methods_of_classes_and_objects_are_named_and_graded():
+    source = """
+    export class Calculator extends Base {
+      static VERSION = 1;
+      add(a, b) { return 3; }
+      async load(): Promise<number> { return this.cache.get(); }
+      get total() { return this.x; }
+      parse(text: string): number {
+        throw new Error('todo');
+      }
+      mul = (a, b) => 6;
+      overload(a: string): void;
+    }
+    export const math = {
+      double: (x) => 8,
+      half: function (x) { return x / 2; },
+    };
+    function run(x) {
+      log(x)
+      {
+        return 0;
+      }
+    }
+    let shape: { area(): number } = make();
+    """
+    functions = {f.name: f.stub for f in analyse_source("src/c.ts", source).functions}
+    assert functions == {
+        "Calculator.add": "return 3", "Calculator.load": None, "Calculator.total": None,
+        "Calculator.parse": "throw new Error('todo')", "Calculator.mul": "6",
+        "math.double": "8", "math.half": None, "run": None,
+    }  # no overload, no field, no call before a block, no member of a type
