@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from agentsec import __version__, gate, service
+from agentsec import __version__, gate, kinds, service
 from agentsec.assertions import EXPECTATIONS, probe_env
 from agentsec.assertions import check as check_paths
 from agentsec.cliutil import (
@@ -24,7 +24,9 @@ from agentsec.cliutil import (
     complete_cages,
     complete_presets,
     emit_json,
+    job_summary_path,
     load_reports,
+    write_outputs,
 )
 from agentsec.cliutil import (
     console as _console_for,
@@ -48,7 +50,7 @@ from agentsec.launchers import (
 )
 from agentsec.matrix import choose_presets, run_matrix, save_matrix
 from agentsec.render.records import assertion_lines, preset_lines
-from agentsec.render.terminal import findings_table, scores_table
+from agentsec.render.terminal import findings_table, integrity_table, scores_table
 from agentsec.report import Target, write_atomically
 from agentsec.reportfile import load_report
 from agentsec.results import Results, document
@@ -124,7 +126,7 @@ GATES = (
         "--job-summary",
         type=click.Path(path_type=Path, dir_okay=False),
         default=None,
-        callback=lambda ctx, param, value: _job_summary_path(value),
+        callback=lambda ctx, param, value: job_summary_path(value),
         help="Append a Markdown job summary to this file (e.g. $GITHUB_STEP_SUMMARY; "
         "empty, as that variable is outside GitHub: none is written).",
     ),
@@ -154,20 +156,6 @@ LAUNCH = (
 )
 
 
-def _job_summary_path(value: Path | None) -> Path | None:
-    """The job summary file, or None for an empty value: ``--job-summary "$GITHUB_STEP_SUMMARY"``
-    is the documented form, and the variable is unset outside GitHub's runners. An empty path
-    reaches click as ".", which would be refused as a directory."""
-    if value is None or str(value) not in ("", "."):
-        return value
-    click.echo(
-        "agentsec: no job summary written: --job-summary is empty "
-        "($GITHUB_STEP_SUMMARY is set on GitHub's runners only)",
-        err=True,
-    )
-    return None
-
-
 def _plan(label: str, opts: dict[str, Any]) -> service.Plan:
     """The pipeline's plan from the measuring options. The baseline is read and checked here,
     before anything runs, so a bad one costs no measurement."""
@@ -178,20 +166,6 @@ def _plan(label: str, opts: dict[str, Any]) -> service.Plan:
         opts.get("max_score"), opts.get("baseline"), bool(opts.get("fail_on_regression"))
     )
     return service.Plan(label, opts["out_dir"], bool(opts.get("redact")), history, gates)
-
-
-def _write_outputs(results: Results, opts: dict[str, Any]) -> None:
-    for option, fmt in (("sarif", Format.SARIF), ("junit", Format.JUNIT)):
-        if opts.get(option) is not None:
-            write_atomically(opts[option], render(fmt, results))
-    summary = opts.get("job_summary")
-    if summary is not None:
-        # Appended, not replaced: a CI job's summary file collects every step's section.
-        try:
-            with summary.open("a", encoding="utf-8") as handle:
-                handle.write(render(Format.SUMMARY, results))
-        except OSError as exc:
-            raise AgentsecError(f"cannot write the job summary {summary}: {exc.strerror}") from exc
 
 
 def _finish(measured: service.Measurement, opts: dict[str, Any]) -> None:
@@ -216,7 +190,7 @@ def _finish(measured: service.Measurement, opts: dict[str, Any]) -> None:
         for reason in regression.reasons:
             say(f"  {reason}")
     results = Results((report,), verdict.checks, ((report["label"], str(saved.json_path)),))
-    _write_outputs(results, opts)
+    write_outputs(results, opts)
     if measured.history_error is not None:
         raise measured.history_error
     if as_json:
@@ -404,11 +378,15 @@ def diff(old: Path, new: Path, as_json: bool) -> None:
 @JSON_FLAG
 def compare(reports: tuple[Path, ...], as_json: bool) -> None:
     """Side by side: label, score, raw score, each axis and the findings, one row per report,
-    worst first (score, then raw score, then axis band: see agentsec.scoring.rank)."""
-    loaded = ranked(load_reports(reports))
+    worst first (score, then raw score, then axis band: see agentsec.scoring.rank). Verifier-
+    integrity runs have a table of their own: score, findings by severity, what was checked."""
+    loaded = load_reports(reports)
+    sandboxes = ranked(r for r in loaded if not kinds.is_integrity(r))
+    integrity = ranked(r for r in loaded if kinds.is_integrity(r))
     if as_json:
         rows = [
             {
+                "test": r["test"],
                 "label": r["label"],
                 "score": r["summary"]["score"],
                 "raw_score": r["summary"]["raw_score"],
@@ -417,11 +395,28 @@ def compare(reports: tuple[Path, ...], as_json: bool) -> None:
                 "findings": [f["id"] for f in r["summary"]["findings"]],
                 "probe_version": r["probe"]["version"],
             }
-            for r in loaded
+            for r in sandboxes
+        ]
+        rows += [
+            {
+                "test": r["test"],
+                "label": r["label"],
+                "score": r["summary"]["score"],
+                "raw_score": r["summary"]["raw_score"],
+                "score_is_lower_bound": kinds.lower_bound(r),
+                "by_severity": r["summary"]["by_severity"],
+                "findings": [f["id"] for f in r["findings"]],
+                "checked": {key: r[key] for key in ("before", "after", "could") if key in r},
+            }
+            for r in integrity
         ]
         emit_json(document("comparison", runs=rows))
         return
-    _console().print(scores_table(loaded, title="Comparison", detailed=True))
+    out = _console()
+    if sandboxes:
+        out.print(scores_table(sandboxes, title="Comparison", detailed=True))
+    if integrity:
+        out.print(integrity_table(integrity, title="Verifier integrity", detailed=True))
 
 
 @cli.command("assert")

@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 from click.shell_completion import CompletionItem
 from rich.console import Console
 
-from agentsec.errors import ReportError
-from agentsec.report import TEST_BLAST_RADIUS
+from agentsec import kinds
+from agentsec.errors import AgentsecError, ReportError
+from agentsec.report import write_atomically
 from agentsec.reportfile import (
     check_report,
     load_report,
@@ -22,6 +24,7 @@ from agentsec.reportfile import (
     read_json,
     report_kind,
 )
+from agentsec.results import Results
 from agentsec.untrusted import clean_report, clean_text
 
 AGENTCAGE_LS_TIMEOUT_S = 3
@@ -29,6 +32,37 @@ AGENTCAGE_LS_TIMEOUT_S = 3
 
 class GateFailed(Exception):
     """A CI gate tripped: exit 2 after the report has been written."""
+
+
+def job_summary_path(value: Path | None) -> Path | None:
+    """The job summary file, or None for an empty value: ``--job-summary "$GITHUB_STEP_SUMMARY"``
+    is the documented form, and the variable is unset outside GitHub's runners. An empty path
+    reaches click as ".", which would be refused as a directory."""
+    if value is None or str(value) not in ("", "."):
+        return value
+    click.echo(
+        "agentsec: no job summary written: --job-summary is empty "
+        "($GITHUB_STEP_SUMMARY is set on GitHub's runners only)",
+        err=True,
+    )
+    return None
+
+
+def write_outputs(results: Results, opts: dict[str, Any]) -> None:
+    """The CI formats a run was asked for: --sarif, --junit (written whole), --job-summary
+    (appended: a CI job's summary file collects every step's section)."""
+    from agentsec.formats import Format, render  # every renderer: loaded when one is wanted
+
+    for option, fmt in (("sarif", Format.SARIF), ("junit", Format.JUNIT)):
+        if opts.get(option) is not None:
+            write_atomically(opts[option], render(fmt, results))
+    summary = opts.get("job_summary")
+    if summary is not None:
+        try:
+            with summary.open("a", encoding="utf-8") as handle:
+                handle.write(render(Format.SUMMARY, results))
+        except OSError as exc:
+            raise AgentsecError(f"cannot write the job summary {summary}: {exc.strerror}") from exc
 
 
 def console(stderr: bool = False) -> Console:
@@ -42,7 +76,7 @@ def emit_json(doc: dict[str, Any]) -> None:
 
 
 def load_reports(paths: tuple[Path, ...] | list[Path]) -> list[dict[str, Any]]:
-    """Blast-radius reports from files, and from directories (whose other JSON files, such as
+    """Reports of both kinds from files, and from directories (whose other JSON files, such as
     matrix tables, are passed over), each cleaned: a report file may come from anywhere. A named
     file that is not a report is an error, but for agentsec's own other documents, passed over
     as in a directory: ``reports/*.json`` names the matrix table beside the reports."""
@@ -59,7 +93,7 @@ def load_reports(paths: tuple[Path, ...] | list[Path]) -> list[dict[str, Any]]:
             continue
         for member in sorted(path.glob("*.json")):
             # None: not readable as JSON, and load_report says why, in one line
-            if report_kind(member) in (None, TEST_BLAST_RADIUS):
+            if report_kind(member) in (None, *kinds.NOUNS):
                 reports.append(clean_report(load_report(member)))
     if not reports:
         why = f" ({'; '.join(passed_over)})" if passed_over else ""

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from enum import Enum
 
+from agentsec import kinds
 from agentsec.render.chart import render_chart_markdown, render_chart_svg
 from agentsec.render.html import render_html
 from agentsec.render.junit import render_junit
@@ -43,9 +44,17 @@ def _json(results: Results) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
+def _markdown(results: Results) -> str:
+    from agentsec.integrity.report import markdown as integrity_markdown
+
+    pages = {kinds.TEST_BLAST_RADIUS: render_markdown,
+             kinds.TEST_VERIFIER_INTEGRITY: integrity_markdown}
+    return "\n".join(pages[kinds.kind(report)](report) for report in results.reports)
+
+
 _RENDERERS: dict[Format, Callable[[Results], str]] = {
     Format.JSON: _json,
-    Format.MARKDOWN: lambda r: "\n".join(render_markdown(report) for report in r.reports),
+    Format.MARKDOWN: _markdown,
     Format.HTML: lambda r: render_html(list(r.reports)),
     Format.SARIF: render_sarif,
     Format.JUNIT: render_junit,

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentsec import kinds
 from agentsec.catalogue import SEVERITY_ORDER
-from agentsec.reportfile import load_report
+from agentsec.reportfile import load_report_of
 from agentsec.results import GateCheck
 
 
@@ -28,6 +29,8 @@ class Change:
 @dataclass
 class GateResult:
     incompatible: list[str] = field(default_factory=list)
+    # What failed, in a few words, when the kind of report has a short way of saying it.
+    summary: str = ""
     new: list[Change] = field(default_factory=list)
     worse: list[Change] = field(default_factory=list)
     widened: list[Change] = field(default_factory=list)
@@ -74,6 +77,15 @@ def _axis_regressions(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
 
 
 def compare(old: dict[str, Any], new: dict[str, Any]) -> GateResult:
+    """Everything in which ``new`` is worse than the accepted ``old``, of the same kind."""
+    if kinds.kind(old) != kinds.kind(new):
+        return GateResult(incompatible=[
+            f"the baseline is {kinds.NOUNS[kinds.kind(old)]} and this is "
+            f"{kinds.NOUNS[kinds.kind(new)]}: only reports of one kind compare"])
+    if kinds.is_integrity(new):
+        from agentsec.integrity.baseline import compare as integrity_compare
+
+        return integrity_compare(old, new)
     result = GateResult(incompatible=_compatibility(old, new))
     before, after = _findings(old), _findings(new)
     for fid, finding in after.items():
@@ -136,8 +148,10 @@ class Gates:
         max_score: int | None = None,
         baseline: Path | None = None,
         fail_on_regression: bool = False,
+        kind: str = kinds.TEST_BLAST_RADIUS,
     ) -> Gates:
-        report = load_report(baseline) if baseline is not None else None
+        """The gates, the baseline read and checked now: a report of ``kind``, or refused."""
+        report = load_report_of(baseline, kind) if baseline is not None else None
         return cls(max_score, baseline, report, fail_on_regression)
 
 
@@ -176,6 +190,8 @@ def decide(
         compared = compare(gates.baseline_report, report)
         where = gates.baseline
         detail = f"worse than the baseline {where}" if compared.failed else f"{where}: ok"
+        if compared.failed and compared.summary:
+            detail += f": {compared.summary}"
         checks.append(GateCheck("baseline", not compared.failed, detail))
     if gates.fail_on_regression and regression is not None:
         detail = "; ".join(regression) or "not worse than the previous run"

@@ -20,13 +20,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from agentsec import gate
+from agentsec import gate, kinds
 from agentsec.errors import AgentsecError, ReportError
 from agentsec.reportfile import check_report, parse_json
 from agentsec.scoring.assess import MAX_SCORE
 
 DB_NAME = "history.sqlite"
-SCHEMA_VERSION = 1
+# 2 added the kind of report each run is (``test``); a history of schema 1 (every run a
+# blast-radius report) is read as it is, and gains the column when a run is next recorded.
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 10
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -40,10 +42,12 @@ CREATE TABLE IF NOT EXISTS runs (
     probe_version TEXT NOT NULL,
     axes          TEXT NOT NULL,
     findings      TEXT NOT NULL,
-    report        TEXT NOT NULL
+    report        TEXT NOT NULL,
+    test          TEXT NOT NULL DEFAULT 'sandbox-blast-radius'
 );
 CREATE INDEX IF NOT EXISTS runs_by_label ON runs (label, id);
 """
+_ADD_TEST = "ALTER TABLE runs ADD COLUMN test TEXT NOT NULL DEFAULT 'sandbox-blast-radius'"
 
 
 class HistoryError(AgentsecError):
@@ -59,12 +63,14 @@ class Run:
     raw_score: int
     lower_bound: bool
     probe_version: str
-    axes: dict[str, str]
+    axes: dict[str, str]  # none for a verifier-integrity run
     findings: list[str]
+    test: str = kinds.TEST_BLAST_RADIUS
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
+            "test": self.test,
             "label": self.label,
             "generated_at": self.generated_at,
             "score": self.score,
@@ -108,7 +114,8 @@ class History:
         self.path = path
 
     @contextmanager
-    def _connect(self, create: bool) -> Iterator[sqlite3.Connection]:
+    def _connect(self, create: bool) -> Iterator[tuple[sqlite3.Connection, int]]:
+        """An open connection and the schema version of the database, in one transaction."""
         if not create and not self.path.exists():
             raise HistoryError(f"no history at {self.path}: no run has been recorded there yet")
         try:
@@ -118,9 +125,9 @@ class History:
         except (OSError, sqlite3.Error) as exc:
             raise HistoryError(f"cannot open the history {self.path}: {exc}") from exc
         try:
-            self._check_schema(conn, create)
+            version = self._check_schema(conn, create)
             with conn:  # one transaction: committed whole or rolled back
-                yield conn
+                yield conn, version
         except sqlite3.DatabaseError as exc:
             raise HistoryError(
                 f"{self.path} is not a readable agentsec history ({exc}); it was left as it is"
@@ -128,7 +135,7 @@ class History:
         finally:
             conn.close()
 
-    def _check_schema(self, conn: sqlite3.Connection, create: bool) -> None:
+    def _check_schema(self, conn: sqlite3.Connection, create: bool) -> int:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if version == 0 and not tables - {"sqlite_sequence"}:
@@ -136,17 +143,27 @@ class History:
                 with conn:
                     conn.executescript(_SCHEMA)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            return
-        if version != SCHEMA_VERSION or "runs" not in tables:
+            return SCHEMA_VERSION
+        if version not in (1, SCHEMA_VERSION) or "runs" not in tables:
             raise HistoryError(
                 f"{self.path} is not an agentsec history of schema {SCHEMA_VERSION} "
                 f"(user_version {version}); it was left as it is"
             )
+        if version == 1 and create:  # about to record: the column of the run's kind, added
+            with conn:
+                conn.execute(_ADD_TEST)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return SCHEMA_VERSION
+        return int(version)
 
     def record(self, report: dict[str, Any]) -> Regression:
         """Store one run; return how it compares with the previous run of the same label."""
         summary = report["summary"]
-        with self._connect(create=True) as conn:
+        axes = {} if kinds.is_integrity(report) else {
+            k: a["state"] for k, a in summary["axes"].items()}
+        probe = report["could"]["probe_version"] if "could" in report else None
+        probe = report["probe"]["version"] if "probe" in report else probe
+        with self._connect(create=True) as (conn, _):
             row = conn.execute(
                 "SELECT report, id FROM runs WHERE label = ? ORDER BY id DESC LIMIT 1",
                 (report["label"],),
@@ -155,19 +172,20 @@ class History:
             previous_report = None if row is None else _report_from(row[0], row[1])
             conn.execute(
                 "INSERT INTO runs (label, generated_at, recorded_at, score, raw_score, "
-                "lower_bound, probe_version, axes, findings, report) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "lower_bound, probe_version, axes, findings, report, test) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     report["label"],
                     report["generated_at"],
                     datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     summary["score"],
                     summary["raw_score"],
-                    int(bool(summary.get("score_is_lower_bound"))),
-                    str(report["probe"]["version"]),
-                    json.dumps({k: a["state"] for k, a in summary["axes"].items()}),
-                    json.dumps([f["id"] for f in summary["findings"]]),
+                    int(kinds.lower_bound(report)),
+                    str(probe or ""),  # a change alone is measured by no probe
+                    json.dumps(axes),
+                    json.dumps([f["id"] for f in kinds.findings(report)]),
                     json.dumps(report),
+                    kinds.kind(report),
                 ),
             )
         if previous_report is None:
@@ -178,25 +196,26 @@ class History:
 
     def runs(self, label: str | None = None, limit: int = 200) -> list[Run]:
         """Runs oldest first (the last ``limit`` of them), of one label or of all."""
-        query = (
-            "SELECT id, label, generated_at, score, raw_score, lower_bound, probe_version, "
-            "axes, findings FROM runs"
-        )
         args: tuple[Any, ...] = ()
+        where = ""
         if label is not None:
-            query += " WHERE label = ?"
+            where = " WHERE label = ?"
             args = (label,)
-        query += " ORDER BY id DESC LIMIT ?"
-        with self._connect(create=False) as conn:
+        with self._connect(create=False) as (conn, version):
+            kind = "test" if version >= 2 else f"'{kinds.TEST_BLAST_RADIUS}'"
+            query = (
+                "SELECT id, label, generated_at, score, raw_score, lower_bound, probe_version, "
+                f"axes, findings, {kind} FROM runs{where} ORDER BY id DESC LIMIT ?"
+            )
             rows = conn.execute(query, (*args, limit)).fetchall()
         return [_run_from(row) for row in reversed(rows)]
 
     def labels(self) -> list[str]:
-        with self._connect(create=False) as conn:
+        with self._connect(create=False) as (conn, _):
             return [r[0] for r in conn.execute("SELECT DISTINCT label FROM runs ORDER BY label")]
 
     def report(self, run_id: int) -> dict[str, Any]:
-        with self._connect(create=False) as conn:
+        with self._connect(create=False) as (conn, _):
             row = conn.execute("SELECT report FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise HistoryError(f"no run {run_id} in {self.path}")
@@ -231,6 +250,8 @@ def _run_from(row: tuple[Any, ...]) -> Run:
             raise damaged(column)
     if not all(isinstance(v, str) for v in (row[1], row[2], row[6])):
         raise damaged("label, generated_at or probe_version")
+    if row[9] not in kinds.NOUNS:
+        raise damaged("test")
     if not isinstance(axes, dict) or not all(isinstance(v, str) for v in axes.values()):
         raise damaged("axes")
     if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
@@ -245,4 +266,5 @@ def _run_from(row: tuple[Any, ...]) -> Run:
         probe_version=row[6],
         axes=axes,
         findings=findings,
+        test=row[9],
     )

@@ -14,11 +14,11 @@ from typing import Any
 from agentsec import __version__
 from agentsec.catalogue import Catalogue
 from agentsec.errors import AgentsecError, OutputError
+from agentsec.kinds import TEST_BLAST_RADIUS
 from agentsec.scoring.assess import Assessment
 from agentsec.untrusted import ProbeOutput, clean_text
 
 SCHEMA_VERSION = 1
-TEST_BLAST_RADIUS = "sandbox-blast-radius"
 # The other documents agentsec writes, often into the same reports directory as the reports.
 TEST_MATRIX = "sandbox-blast-radius-matrix"
 TEST_COMBINED = "promptfoo-sandbox-combined"

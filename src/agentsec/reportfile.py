@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentsec import catalogue, schema
+from agentsec import catalogue, kinds, schema
 from agentsec.catalogue import SEVERITY_ORDER
 from agentsec.errors import ReportError
 from agentsec.report import TEST_COMBINED, TEST_MATRIX
@@ -93,15 +93,11 @@ def read_json(path: Path, what: str = "report") -> Any:
     return parse_json(text, shown)
 
 
-def _arithmetic(summary: dict[str, Any]) -> str | None:
-    """What in a summary that fits the schema still does not add up, or None."""
-    findings = summary["findings"]
-    seen: set[str] = set()
+def _totals(findings: list[dict[str, Any]], summary: dict[str, Any], omitted: int) -> str | None:
+    """What in a summary's score and counts does not add up to its findings (of which
+    ``omitted`` more are counted and not listed), or None."""
     points = catalogue.load().points
     for index, finding in enumerate(findings):
-        if finding["id"] in seen:
-            return f"findings[{index}].id: {finding['id']} is listed twice"
-        seen.add(finding["id"])
         weight = points[finding["severity"]]
         if finding["points"] != weight:
             return (
@@ -109,32 +105,83 @@ def _arithmetic(summary: dict[str, Any]) -> str | None:
                 f"finding weighs {weight}"
             )
     total = sum(f["points"] for f in findings)
-    if summary["raw_score"] != total:
+    if summary["raw_score"] != total and not (omitted and summary["raw_score"] > total):
         return f"raw_score: {summary['raw_score']}, but the findings' weights sum to {total}"
-    if summary["score"] != min(total, MAX_SCORE):
+    capped = min(summary["raw_score"], MAX_SCORE)
+    if summary["score"] != capped:
         return (
-            f"score: {summary['score']}, but the findings' weights sum to {total} "
-            f"(capped at {MAX_SCORE}: {min(total, MAX_SCORE)})"
+            f"score: {summary['score']}, but the findings' weights sum to "
+            f"{summary['raw_score']} (capped at {MAX_SCORE}: {capped})"
         )
-    if summary["finding_count"] != len(findings):
-        return f"finding_count: {summary['finding_count']}, but {len(findings)} findings are listed"
+    if summary["finding_count"] != len(findings) + omitted:
+        shown = f"{len(findings)} findings are listed"
+        shown += f", {omitted} omitted" if omitted else ""
+        return f"finding_count: {summary['finding_count']}, but {shown}"
     counts = {s: sum(1 for f in findings if f["severity"] == s) for s in SEVERITY_ORDER}
     for severity, count in summary["by_severity"].items():
-        if count != counts.get(severity, 0):
+        listed = counts.get(severity, 0)
+        if count != listed and not (omitted and count > listed):
             return (
                 f"by_severity.{clean_text(severity, 20)}: {count}, but "
-                f"{counts.get(severity, 0)} such findings are listed"
+                f"{listed} such findings are listed"
             )
+    return None
+
+
+def _blast_radius_arithmetic(document: dict[str, Any]) -> str | None:
+    """What in a blast-radius report that fits the schema still does not add up, or None."""
+    summary = document["summary"]
+    findings = summary["findings"]
+    seen: set[str] = set()
+    for index, finding in enumerate(findings):
+        if finding["id"] in seen:
+            return f"summary.findings[{index}].id: {finding['id']} is listed twice"
+        seen.add(finding["id"])
+    problem = _totals(findings, summary, 0)
+    if problem is not None:
+        return f"summary.{problem}"
     partly = any(
         axis["state"] == "not_measured" or axis["not_measured"]
         for axis in summary["axes"].values()
     )
     if summary["score_is_lower_bound"] != partly:
         return (
-            f"score_is_lower_bound: {json.dumps(summary['score_is_lower_bound'])}, but the axes "
-            f"say {json.dumps(partly)}"
+            f"summary.score_is_lower_bound: {json.dumps(summary['score_is_lower_bound'])}, but "
+            f"the axes say {json.dumps(partly)}"
         )
     return None
+
+
+# The checks whose findings leave part of a verifier-integrity report unmeasured.
+UNMEASURED_CHECKS = frozenset({"INT-017", "INT-020"})
+
+
+def _integrity_arithmetic(document: dict[str, Any]) -> str | None:
+    """What in a verifier-integrity report that fits the schema still does not add up."""
+    halves = [key for key in ("before", "after", "change") if key in document]
+    if halves and len(halves) != 3:
+        return "before, after and change: a change is given by all three or none"
+    if not halves and "could" not in document:
+        return "neither a change (before, after, change) nor a sandbox (could) was checked"
+    summary, findings = document["summary"], document["findings"]
+    omitted = summary["findings_omitted"]
+    problem = _totals(findings, summary, omitted)
+    if problem is not None:
+        return f"summary.{problem}" if not problem.startswith("findings[") else problem
+    said = summary.get("score_is_lower_bound")
+    partly = any(f["id"] in UNMEASURED_CHECKS for f in findings)
+    if said is not None and not omitted and said != partly:
+        return (
+            f"summary.score_is_lower_bound: {json.dumps(said)}, but the findings say "
+            f"{json.dumps(partly)}"
+        )
+    return None
+
+
+_ARITHMETIC = {
+    kinds.TEST_BLAST_RADIUS: _blast_radius_arithmetic,
+    kinds.TEST_VERIFIER_INTEGRITY: _integrity_arithmetic,
+}
 
 
 def check_report(document: Any, source: str) -> dict[str, Any]:
@@ -143,7 +190,7 @@ def check_report(document: Any, source: str) -> dict[str, Any]:
         raise ReportError(f"{source} is not an agentsec report")
     other = other_document(document)
     if other is not None:
-        raise ReportError(f"{source} is {other}, not a blast-radius report")
+        raise ReportError(f"{source} is {other}, not a report")
     version = document.get("schema_version")
     if not schema.same_value(version, 1):
         raise ReportError(
@@ -153,10 +200,21 @@ def check_report(document: Any, source: str) -> dict[str, Any]:
         schema.check(document, schema.report_schema())
     except schema.Violation as violation:
         raise ReportError(f"{source}: {violation}") from None
-    problem = _arithmetic(document["summary"])
+    problem = _ARITHMETIC[kinds.kind(document)](document)
     if problem is not None:
-        raise ReportError(f"{source}: summary.{problem}")
+        raise ReportError(f"{source}: {problem}")
     return document
+
+
+def load_report_of(path: Path, wanted: str) -> dict[str, Any]:
+    """A saved report of one kind (``kinds.TEST_*``), refused in one line when it is of the
+    other (said before anything else is checked: a gate compares like with like)."""
+    shown = clean_text(str(path), 200)
+    document = read_json(path)
+    found = document.get("test") if isinstance(document, dict) else None
+    if found != wanted and found in kinds.NOUNS and document.get("tool") == "agentsec":
+        raise ReportError(f"{shown} is {kinds.NOUNS[found]}, not {kinds.NOUNS[wanted]}")
+    return check_report(document, shown)
 
 
 def load_report(path: Path) -> dict[str, Any]:

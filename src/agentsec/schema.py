@@ -1,5 +1,9 @@
 """The part of JSON Schema that ``data/report.schema.json`` uses, checked strictly.
 
+The schema describes both kinds of report in one file: what every report has, then, by
+``if``/``then``/``else`` on its ``test``, what a verifier-integrity report has, or else what a
+blast-radius report has.
+
 Saved reports are checked against the shipped schema before anything trusts them; this module
 is that check, small enough to read whole and with no dependency. It knows only the keywords
 below: a schema that uses another one is refused when it is loaded, so the schema file can never
@@ -37,6 +41,9 @@ KEYWORDS = frozenset(
         "maximum",
         "minLength",
         "pattern",
+        "if",
+        "then",
+        "else",
     }
 )
 _TYPE_NAMES = {
@@ -126,6 +133,18 @@ def check(value: Any, schema: dict[str, Any], path: str = "") -> None:
     if isinstance(value, list) and "items" in schema:
         for index, item in enumerate(value):
             check(item, schema["items"], f"{path}[{index}]")
+    if "if" in schema:  # one schema per kind of report, chosen by a field (its "test")
+        branch = "then" if _holds(value, schema["if"]) else "else"
+        if branch in schema:
+            check(value, schema[branch], path)
+
+
+def _holds(value: Any, schema: dict[str, Any]) -> bool:
+    try:
+        check(value, schema)
+    except Violation:
+        return False
+    return True
 
 
 def _check_object(value: dict[str, Any], schema: dict[str, Any], path: str) -> None:
@@ -154,7 +173,7 @@ def _keywords_known(schema: Any, where: str) -> None:
         )
     for key, sub in schema.get("properties", {}).items():
         _keywords_known(sub, _child(where, key))
-    for keyword in ("items", "additionalProperties"):
+    for keyword in ("items", "additionalProperties", "if", "then", "else"):
         _keywords_known(schema.get(keyword), _child(where, keyword))
 
 

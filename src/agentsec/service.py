@@ -84,19 +84,33 @@ def save(report: dict[str, Any], out_dir: Path) -> SavedReport:
     return SavedReport(report, json_path, md_path)
 
 
+@dataclass(frozen=True)
+class Judged:
+    verdict: gate.Verdict
+    regression: Regression | None = None  # None: not recorded (or the history failed)
+    history_error: HistoryError | None = None  # told by the caller once outputs are written
+
+
+def judge(report: dict[str, Any], history: Path | None, gates: gate.Gates) -> Judged:
+    """Record a saved report of either kind in the history, then apply the gates: the second
+    half of every pipeline, so that a verifier-integrity run is recorded and judged exactly as
+    a measured sandbox is."""
+    regression, history_error = None, None
+    if history is not None:
+        try:
+            regression = History(history).record(report)
+        except HistoryError as error:
+            history_error = error
+    reasons = regression.reasons if regression is not None else None
+    return Judged(gate.decide(report, gates, reasons), regression, history_error)
+
+
 def measure_output(output: ProbeOutput, target: Target, rc: int, plan: Plan) -> Measurement:
     """Score a probe output, save the reports, record the run, then apply the gates."""
     report = score(output, label=plan.label, target=target, rc=rc, redact=plan.redact)
     saved = save(report, plan.out_dir)
-    regression, history_error = None, None
-    if plan.history is not None:
-        try:
-            regression = History(plan.history).record(report)
-        except HistoryError as error:
-            history_error = error
-    reasons = regression.reasons if regression is not None else None
-    verdict = gate.decide(report, plan.gates, reasons)
-    return Measurement(saved, verdict, regression, history_error)
+    judged = judge(report, plan.history, plan.gates)
+    return Measurement(saved, judged.verdict, judged.regression, judged.history_error)
 
 
 def measure(launch: Launch, plan: Plan, env: Mapping[str, str] | None = None) -> Measurement:

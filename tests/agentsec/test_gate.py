@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentsec import gate, service
+from agentsec import gate, reportfile, service
 from agentsec.errors import ReportError
 from agentsec.report import Target
 from agentsec.untrusted import parse_probe_output
@@ -115,7 +115,7 @@ def test_corrupt_reports_are_report_errors(tmp_path: Path, content: str):
     path = tmp_path / "r.json"
     path.write_text(content)
     with pytest.raises(ReportError):
-        gate.load_report(path)
+        reportfile.load_report(path)
 
 
 def _save(tmp_path: Path, name: str, report: dict[str, Any]) -> Path:

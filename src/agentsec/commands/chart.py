@@ -8,7 +8,7 @@ import click
 
 from agentsec.cliutil import load_reports
 from agentsec.errors import AgentsecError
-from agentsec.render.chart import THEMES, render_chart_markdown, render_chart_svg
+from agentsec.render.chart import THEMES, charted, render_chart_markdown, render_chart_svg
 from agentsec.report import write_atomically
 
 
@@ -27,8 +27,14 @@ def command(reports: tuple[Path, ...], out_file: Path, theme: str) -> None:
     suffix = out_file.suffix.lower()
     if suffix not in (".svg", ".md"):
         raise AgentsecError(f"--out {out_file}: name the file .svg or .md")
-    loaded = load_reports(reports)
+    every = load_reports(reports)
+    loaded = charted(every)
+    if not loaded:
+        raise AgentsecError("no blast-radius reports to chart (a chart has a cell per sandbox "
+                            "axis; agentsec compare shows verifier-integrity runs)")
     loaded.sort(key=lambda r: (-r["summary"]["score"], r["label"]))
     text = render_chart_svg(loaded, theme) if suffix == ".svg" else render_chart_markdown(loaded)
     write_atomically(out_file, text)
-    click.echo(f"wrote {out_file} ({len(loaded)} runs)")
+    left = len(every) - len(loaded)
+    note = f"; {left} verifier-integrity runs left out: they have no axes" if left else ""
+    click.echo(f"wrote {out_file} ({len(loaded)} runs{note})")

@@ -1,4 +1,5 @@
-"""``agentsec history [LABEL]``: score and axis states over time, regressions highlighted."""
+"""``agentsec history [LABEL]``: score and axis states (or a verifier-integrity run's findings)
+over time, regressions highlighted."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.text import Text
 
 from agentsec.cliutil import GateFailed, console, emit_json
 from agentsec.history import DB_NAME, History, Run, regression_between
+from agentsec.kinds import TEST_VERIFIER_INTEGRITY
 from agentsec.render.lines import Cell, Lines, record, wrapped
 from agentsec.render.states import STATE_LABELS
 from agentsec.render.terminal import STATE_STYLES, axis_codes, legend
@@ -16,9 +18,15 @@ from agentsec.results import document
 from agentsec.untrusted import clean_text
 
 
-def _lines(runs: list[Run], regressions: dict[int, tuple[str, ...]], width: int) -> list[Text]:
-    if not runs:
-        return [Text("no runs recorded")]
+def _flag(line: Text, reasons: tuple[str, ...], width: int) -> list[Text]:
+    if reasons:
+        line.append("  REGRESSION", style="bold red reverse")
+    return [line, *(text for reason in reasons
+                    for text in wrapped(clean_text(reason), width, indent=6, style="red"))]
+
+
+def _sandbox_lines(runs: list[Run], regressions: dict[int, tuple[str, ...]],
+                   width: int) -> list[Text]:
     axis_ids = list(runs[-1].axes)
     titles = [a.capitalize() for a in axis_ids]
     codes = axis_codes(titles)
@@ -32,14 +40,34 @@ def _lines(runs: list[Run], regressions: dict[int, tuple[str, ...]], width: int)
             state = run.axes.get(axis_id, "not_measured")
             symbol = STATE_LABELS.get(state, STATE_LABELS["not_measured"])[0]
             cells.append(Cell(symbol, len(code), STATE_STYLES.get(state, "magenta")))
-        reasons = regressions.get(run.id, ())
-        line = record(cells, clean_text(run.label))
-        if reasons:
-            line.append("  REGRESSION", style="bold red reverse")
-        lines.append(line)
-        for reason in reasons:
-            lines += wrapped(clean_text(reason), width, indent=6, style="red")
+        lines += _flag(record(cells, clean_text(run.label)), regressions.get(run.id, ()), width)
     return [*lines, *legend(titles, codes, width, severities=False)]
+
+
+def _integrity_lines(runs: list[Run], regressions: dict[int, tuple[str, ...]],
+                     width: int) -> list[Text]:
+    header = [Cell("When", 20), Cell("Score", 6, right=True), Cell("Found", 5, right=True)]
+    lines = [Text("Verifier integrity", style="bold"), record(header, "Label")]
+    lines[-1].stylize("bold")
+    for run in runs:
+        cells = [Cell(run.generated_at, 20),
+                 Cell(f"{run.score}{'+' if run.lower_bound else ' '}", 6, "bold", right=True),
+                 Cell(str(len(run.findings)), 5, right=True)]
+        lines += _flag(record(cells, clean_text(run.label)), regressions.get(run.id, ()), width)
+    return lines
+
+
+def _lines(runs: list[Run], regressions: dict[int, tuple[str, ...]], width: int) -> list[Text]:
+    """A table of the sandbox runs (a column per axis), then one of the verifier-integrity
+    runs (no axes: their findings), each oldest first."""
+    if not runs:
+        return [Text("no runs recorded")]
+    sandboxes = [r for r in runs if r.test != TEST_VERIFIER_INTEGRITY]
+    integrity = [r for r in runs if r.test == TEST_VERIFIER_INTEGRITY]
+    lines = _sandbox_lines(sandboxes, regressions, width) if sandboxes else []
+    if integrity:
+        lines += _integrity_lines(integrity, regressions, width)
+    return lines
 
 
 def _regressions(history: History, runs: list[Run]) -> dict[int, tuple[str, ...]]:

@@ -1,47 +1,49 @@
-"""An accepted verifier-integrity document, and what a new one finds beyond it.
+"""What a verifier-integrity report finds beyond an accepted one (``--baseline``, ``agentsec
+diff``, the history's regression check): ``gate.compare`` hands two such reports here.
 
-A repository may live with a finding it has looked at (a test deleted on purpose, say): the
-baseline is the document of that accepted change, and ``--baseline`` fails only on findings it
-does not hold, matched by check, file and evidence (line numbers move; those do not). The file
-is untrusted like any report: read bounded and strictly, refused in one line when it is not a
-verifier-integrity document.
+A repository may live with a finding it has looked at (a test deleted on purpose, a sandbox that
+binds the project writable): the baseline is the report of that accepted run, and a finding it
+does not hold fails, matched by check, file and evidence (line numbers move; those do not).
+Findings that weigh nothing (a file that could not be analysed) are noted, not failed; findings
+the baseline holds and this run does not are fixed.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import hashlib
 from typing import Any
 
-from agentsec.errors import ReportError
-from agentsec.integrity.report import SCHEMA_VERSION, TEST_VERIFIER_INTEGRITY
-from agentsec.integrity.sarif import fingerprint
-from agentsec.reportfile import read_json
-from agentsec.untrusted import clean_text
+from agentsec.gate import Change, GateResult
 
 
-def load(path: Path) -> frozenset[str]:
-    """The fingerprints of the findings a baseline accepts."""
-    shown = clean_text(str(path), 200)
-    doc = read_json(path, "verifier-integrity report")
-    if not isinstance(doc, dict) or doc.get("tool") != "agentsec" or \
-            doc.get("test") != TEST_VERIFIER_INTEGRITY:
-        raise ReportError(f"{shown} is not a verifier-integrity report "
-                          "(agentsec integrity diff --json or --out)")
-    version = doc.get("schema_version")
-    if version != SCHEMA_VERSION or isinstance(version, bool):
-        raise ReportError(f"{shown} has schema_version {clean_text(repr(version), 20)}; "
-                          f"this agentsec reads {SCHEMA_VERSION}")
-    findings = doc.get("findings")
-    if not isinstance(findings, list):
-        raise ReportError(f"{shown}: findings: not a list")
-    accepted = set()
-    for index, finding in enumerate(findings):
-        if not (isinstance(finding, dict) and all(
-                isinstance(finding.get(key), str) for key in ("id", "path", "evidence"))):
-            raise ReportError(f"{shown}: findings[{index}]: needs id, path and evidence")
-        accepted.add(fingerprint(finding))
-    return frozenset(accepted)
+def fingerprint(finding: dict[str, Any]) -> str:
+    """Stable across runs of the same change, and across line moves: check, file, evidence."""
+    key = "\0".join((finding["id"], finding["path"], finding["evidence"]))
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
-def new_findings(doc: dict[str, Any], accepted: frozenset[str]) -> list[dict[str, Any]]:
-    return [f for f in doc["findings"] if fingerprint(f) not in accepted]
+def _where(finding: dict[str, Any]) -> str:
+    return f"{finding['path']}: {finding['evidence']}"
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> GateResult:
+    accepted = {fingerprint(f) for f in old["findings"]}
+    now = {fingerprint(f) for f in new["findings"]}
+    result = GateResult()
+    for finding in new["findings"]:
+        if fingerprint(finding) in accepted:
+            continue
+        change = Change(finding["id"], f"new: {finding['title']} ({finding['severity']}) at "
+                                       f"{_where(finding)}")
+        (result.noted if finding["points"] == 0 else result.new).append(change)
+    result.fixed = [Change(f["id"], f"fixed: {f['title']} at {_where(f)}")
+                    for f in old["findings"] if fingerprint(f) not in now]
+    if new["summary"]["findings_omitted"]:
+        result.incompatible.append(
+            f"{new['summary']['findings_omitted']} findings of this run are counted and not "
+            "listed: they cannot be matched against the baseline")
+    if result.new:
+        ids = ", ".join(sorted({c.finding_id for c in result.new}))
+        noun = "finding" if len(result.new) == 1 else "findings"
+        result.summary = f"{len(result.new)} {noun} the baseline does not hold ({ids})"
+    return result

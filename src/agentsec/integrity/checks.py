@@ -21,11 +21,20 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
 
-from agentsec.catalogue import SEVERITY_ORDER, Severity
+from agentsec.catalogue import SEVERITY_ORDER
 from agentsec.errors import CatalogueError
 from agentsec.integrity import catalogue, js_tests, python_tests
 from agentsec.integrity import config_checks as cfg
-from agentsec.integrity.model import STRONG, WEAK, FileAnalysis, Hit, Marker, TestCase, quote
+from agentsec.integrity.model import (
+    STRONG,
+    WEAK,
+    FileAnalysis,
+    Finding,
+    Hit,
+    Marker,
+    TestCase,
+    quote,
+)
 from agentsec.integrity.paths import (
     FIXTURE_DIRS,
     JS_SUFFIXES,
@@ -45,23 +54,6 @@ _TEST_KINDS = (Kind.PY_TEST, Kind.PY_CONFTEST, Kind.JS_TEST)
 SIDES: tuple[Side, Side] = ("before", "after")
 _READ_KINDS = frozenset({*_TEST_KINDS, Kind.SOURCE, Kind.PYTEST_CONFIG, Kind.JS_CONFIG,
                          Kind.PACKAGE_JSON, Kind.WORKFLOW})
-
-
-@dataclass(frozen=True)
-class Finding:
-    id: str
-    title: str
-    severity: Severity
-    points: int
-    path: str
-    line: int | None
-    side: str
-    evidence: str
-
-    def as_dict(self) -> dict[str, object]:
-        return {"id": self.id, "title": self.title, "severity": self.severity,
-                "points": self.points, "path": self.path, "line": self.line,
-                "side": self.side, "evidence": self.evidence}
 
 
 @dataclass(frozen=True)
@@ -555,7 +547,9 @@ def registry_ids() -> set[str]:
 
 
 def _verify_registry(known: set[str]) -> None:
-    declared = registry_ids()
+    from agentsec.integrity.could import CHECK_IDS as measured_in_the_sandbox
+
+    declared = registry_ids() | set(measured_in_the_sandbox)
     if declared != known:
         raise CatalogueError(
             "integrity catalogue and detectors disagree: "

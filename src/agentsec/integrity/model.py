@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentsec.catalogue import Severity
 from agentsec.untrusted import clean_text
 
 EVIDENCE_CHARS = 200  # the most code a finding ever quotes
@@ -96,3 +97,22 @@ class Hit:
     line: int
     evidence: str
     side: str = "after"  # which tree `line` is in: "before" for what the change removed
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A hit as the report lists it: the catalogue's title, severity and points added."""
+
+    id: str
+    title: str
+    severity: Severity
+    points: int
+    path: str
+    line: int | None
+    side: str  # "before" or "after": the tree `line` is in; "sandbox" for what could measured
+    evidence: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"id": self.id, "title": self.title, "severity": self.severity,
+                "points": self.points, "path": self.path, "line": self.line,
+                "side": self.side, "evidence": self.evidence}

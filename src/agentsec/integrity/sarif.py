@@ -9,26 +9,30 @@ those of the sandbox findings (render/sarif.py).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
+from agentsec import kinds
 from agentsec.integrity import catalogue
+from agentsec.integrity.baseline import fingerprint
 from agentsec.render.sarif import LEVELS, SARIF_SCHEMA, SECURITY_SEVERITY
 from agentsec.report import report_filename
 
 
-def _rule(check_id: str) -> dict[str, Any]:
-    spec = catalogue.load().check(check_id)
+def _rule(finding: dict[str, Any]) -> dict[str, Any]:
+    known = catalogue.load().checks.get(finding["id"])
+    # A report from another agentsec may name a check this one does not know: its own words.
+    title = known.title if known else finding["title"]
+    severity = known.severity if known else finding["severity"]
     properties: dict[str, Any] = {"tags": ["verifier-integrity", "tests"], "precision": "high"}
-    if spec.severity in SECURITY_SEVERITY:
-        properties["security-severity"] = SECURITY_SEVERITY[spec.severity]
+    if severity in SECURITY_SEVERITY:
+        properties["security-severity"] = SECURITY_SEVERITY[severity]
     return {
-        "id": spec.id,
-        "shortDescription": {"text": spec.title},
-        "fullDescription": {"text": spec.description},
-        "help": {"text": spec.remediation},
-        "defaultConfiguration": {"level": LEVELS[spec.severity]},
+        "id": finding["id"],
+        "shortDescription": {"text": title},
+        "fullDescription": {"text": known.description if known else title},
+        "help": {"text": known.remediation if known else title},
+        "defaultConfiguration": {"level": LEVELS[severity]},
         "properties": properties,
     }
 
@@ -40,14 +44,10 @@ def _location(finding: dict[str, Any]) -> dict[str, Any]:
     return {"physicalLocation": physical}
 
 
-def fingerprint(finding: dict[str, Any]) -> str:
-    """Stable across runs of the same change, and across line moves: check, file, evidence."""
-    key = "\0".join((finding["id"], finding["path"], finding["evidence"]))
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def render(doc: dict[str, Any]) -> str:
-    ids = sorted({f["id"] for f in doc["findings"]})
+def run(doc: dict[str, Any]) -> dict[str, Any]:
+    """The SARIF run of one verifier-integrity report."""
+    first = {f["id"]: f for f in reversed(doc["findings"])}
+    ids = sorted(first)
     index = {check_id: i for i, check_id in enumerate(ids)}
     results = [
         {
@@ -62,13 +62,17 @@ def render(doc: dict[str, Any]) -> str:
         }
         for f in doc["findings"]
     ]
-    run = {
+    return {
         "tool": {"driver": {"name": "agentsec", "version": str(doc["tool_version"]),
-                            "rules": [_rule(check_id) for check_id in ids]}},
+                            "rules": [_rule(first[check_id]) for check_id in ids]}},
         "automationDetails": {"id": f"agentsec-integrity/{report_filename(doc['label'])}/"},
         "results": results,
         "properties": {"label": doc["label"], "score": doc["summary"]["score"],
-                       "raw_score": doc["summary"]["raw_score"]},
+                       "raw_score": doc["summary"]["raw_score"],
+                       "score_is_lower_bound": kinds.lower_bound(doc)},
     }
-    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]},
+
+
+def render(doc: dict[str, Any]) -> str:
+    return json.dumps({"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run(doc)]},
                       indent=2) + "\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from agentsec import kinds
 from agentsec.render.markdown import md
 from agentsec.render.states import STATE_LABELS, axis_cell
 
@@ -50,7 +51,14 @@ def _cell_words(axis: dict[str, Any]) -> str:
     return f"{STATE_LABELS[state][0]} {words.get(state, 'reachable')}"
 
 
+def charted(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs a chart has a row for: blast-radius reports (a verifier-integrity run has no
+    axes to colour; `agentsec compare` and the HTML report show those)."""
+    return [r for r in reports if not kinds.is_integrity(r)]
+
+
 def render_chart_svg(reports: list[dict[str, Any]], theme: str = "light") -> str:
+    reports = charted(reports)
     colours = THEMES[theme]
     axes = list(reports[0]["summary"]["axes"].items()) if reports else []
     label_w = max([len(r["label"]) for r in reports] + [len("Configuration")]) * CHAR_W + PAD
@@ -113,6 +121,7 @@ def render_chart_svg(reports: list[dict[str, Any]], theme: str = "light") -> str
 
 
 def render_chart_markdown(reports: list[dict[str, Any]]) -> str:
+    reports = charted(reports)
     if not reports:
         return "No runs.\n"
     axes = list(reports[0]["summary"]["axes"].items())

@@ -12,6 +12,7 @@ import hashlib
 import json
 from typing import Any
 
+from agentsec import kinds
 from agentsec.report import report_filename
 from agentsec.results import Results
 
@@ -96,8 +97,13 @@ def _run(report: dict[str, Any], artifact: str) -> dict[str, Any]:
 
 
 def render_sarif(results: Results) -> str:
+    from agentsec.integrity import sarif as integrity_sarif  # it builds on this module
+
     runs = []
     for report in results.reports:
+        if kinds.is_integrity(report):  # its findings are at a file and line of the change
+            runs.append(integrity_sarif.run(report))
+            continue
         artifact = results.path_of(report["label"]) or (
             f"reports/{report_filename(report['label'])}.json"
         )

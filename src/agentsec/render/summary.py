@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentsec import kinds
 from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
 from agentsec.results import Results
@@ -43,10 +44,43 @@ def _run(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _integrity_run(report: dict[str, Any]) -> list[str]:
+    from agentsec.integrity.report import checked
+
+    summary = report["summary"]
+    bound = " (a lower bound: part of it could not be checked)"
+    lines = [
+        f"### agentsec integrity: {md(report['label'])}",
+        "",
+        f"**Score: {summary['score']} / 100**"
+        + (bound if summary.get("score_is_lower_bound") else "")
+        + f" · raw {summary['raw_score']} · {md(checked(report))}",
+        "",
+    ]
+    findings = report["findings"]
+    if findings:
+        lines += [
+            f"<details><summary>{summary['finding_count']} findings</summary>",
+            "",
+            "| ID | Severity | Points | Where | Finding |",
+            "|---|---|--:|---|---|",
+        ]
+        lines += [
+            f"| {md(f['id'])} | {md(f['severity'])} | {f['points']} | "
+            f"{md(f['path'])}{':' + str(f['line']) if f.get('line') else ''} | {md(f['title'])} |"
+            for f in findings
+        ]
+        lines += ["", "</details>", ""]
+    return lines
+
+
+_RUNS = {kinds.TEST_BLAST_RADIUS: _run, kinds.TEST_VERIFIER_INTEGRITY: _integrity_run}
+
+
 def render_summary(results: Results) -> str:
     lines: list[str] = []
     for report in results.reports:
-        lines += _run(report)
+        lines += _RUNS[kinds.kind(report)](report)
     if results.gates:
         lines += ["| Gate | Result | Detail |", "|---|---|---|"]
         for gate in results.gates:

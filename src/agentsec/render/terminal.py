@@ -125,3 +125,45 @@ def _findings(report: dict[str, Any], width: int) -> list[Text]:
 def findings_table(report: dict[str, Any]) -> Lines:
     """One line per finding (ID, severity, points, title), its evidence indented below."""
     return Lines(lambda width: _findings(report, width))
+
+
+def _integrity(reports: list[dict[str, Any]], title: str | None, detailed: bool, width: int):
+    from agentsec.integrity.report import checked
+
+    lines: list[Text] = [Text(title, style="bold")] if title else []
+    if not reports:
+        return [*lines, Text("no runs")]
+    letters = [(severity, letter) for severity, letter in SEVERITY_LETTERS.items()
+               if severity != "info"]
+    header = [Cell("Score", 6, right=True)]
+    if detailed:
+        header.append(Cell("Raw", 4, right=True))
+    header += [Cell(letter, 3, right=True) for _, letter in letters]
+    lines.append(record(header, "Run"))
+    lines[-1].stylize("bold")
+    for report in reports:
+        summary = report["summary"]
+        cells = [_score_cell(summary)]
+        if detailed:
+            cells.append(Cell(str(summary["raw_score"]), 4, right=True))
+        for severity, _ in letters:
+            count = summary["by_severity"].get(severity, 0)
+            cells.append(Cell(str(count), 3, "bold red" if count else "green", right=True))
+        lines.append(record(cells, report["label"]))
+        if detailed:
+            lines += wrapped(f"checked: {checked(report)}", width, indent=7, style="dim")
+            ids = " ".join(sorted({f["id"] for f in report["findings"]})) or "no findings"
+            lines += wrapped(f"findings: {ids}", width, indent=7, style="dim")
+    counts = " ".join(f"{letter}={severity}" for severity, letter in letters)
+    lines += wrapped(f"findings by severity: {counts};  score{LOWER_BOUND} a lower bound",
+                     width, indent=0, style="dim")
+    return lines
+
+
+def integrity_table(
+    reports: Iterable[dict[str, Any]], title: str | None = None, detailed: bool = False
+) -> Lines:
+    """One line per verifier-integrity run: score, its findings by severity, the label; what it
+    checked and its findings' IDs below if detailed. No axes: it measured no sandbox's reach."""
+    reports = list(reports)
+    return Lines(lambda width: _integrity(reports, title, detailed, width))

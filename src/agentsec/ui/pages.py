@@ -11,13 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agentsec import service
+from agentsec import kinds, service
 from agentsec.errors import AgentsecError
 from agentsec.history import DB_NAME, History, HistoryError, regression_between
 from agentsec.launchers import Launch, availability, load_presets
 from agentsec.render.history_plot import history_svg
 from agentsec.render.html import render_html
-from agentsec.report import TEST_BLAST_RADIUS
 from agentsec.reportfile import load_report, report_kind
 from agentsec.results import document
 from agentsec.ui.security import Guard
@@ -38,8 +37,8 @@ class ConsoleData:
             return reports, skipped
         for path in sorted(self.results.glob("*.json")):
             try:
-                if report_kind(path) not in (None, TEST_BLAST_RADIUS):
-                    continue
+                if report_kind(path) not in (None, *kinds.NOUNS):
+                    continue  # a matrix table, a combined promptfoo report
                 reports.append(clean_report(load_report(path)))
             except AgentsecError as exc:
                 skipped.append(clean_text(f"{path.name}: {exc}"))
@@ -86,10 +85,13 @@ class ConsoleData:
         reports, skipped = self.reports()
         rows = [
             {
+                "test": r["test"],
                 "label": r["label"],
                 "score": r["summary"]["score"],
-                "score_is_lower_bound": r["summary"].get("score_is_lower_bound", False),
-                "axes": {k: a["state"] for k, a in r["summary"]["axes"].items()},
+                "score_is_lower_bound": kinds.lower_bound(r),
+                # a verifier-integrity run measured no sandbox's reach: it has findings, no axes
+                **({"findings": [f["id"] for f in r["findings"]]} if kinds.is_integrity(r)
+                   else {"axes": {k: a["state"] for k, a in r["summary"]["axes"].items()}}),
                 "generated_at": r["generated_at"],
             }
             for r in reports

@@ -236,7 +236,7 @@ def test_label_cannot_write_outside_the_out_directory(tmp_path: Path):
     proc = agentsec(before, after, "--out", "r", "--label", "../../evil", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
-        "integrity_.._.._evil.json", "integrity_.._.._evil.md"]
+        "history.sqlite", "integrity_.._.._evil.json", "integrity_.._.._evil.md"]
     assert not list(tmp_path.parent.glob("*evil*"))
 
 

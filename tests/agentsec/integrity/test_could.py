@@ -48,10 +48,18 @@ def could(project: Path, *args: str, flags: list[str]) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
-def _results(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
+def _report(proc: subprocess.CompletedProcess[str]) -> dict:
     doc = json.loads(proc.stdout)
-    assert doc["kind"] == "verifier-paths" and doc["schema_version"] == 1
-    return {r["path"]: r for r in doc["results"]}
+    assert doc["test"] == "verifier-integrity" and doc["schema_version"] == 1, proc.stderr
+    return doc
+
+
+def _results(proc: subprocess.CompletedProcess[str]) -> dict[str, dict]:
+    return {r["path"]: r for r in _report(proc)["could"]["results"]}
+
+
+def _findings(proc: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    return {f["path"]: f["id"] for f in _report(proc)["findings"]}
 
 
 def test_a_project_bound_writable_fails_on_each_verifier_path(project: Path):
@@ -65,6 +73,11 @@ def test_a_project_bound_writable_fails_on_each_verifier_path(project: Path):
         assert result["expectation"] == "not-writable" and result["verdict"] == "fail", result
         assert "writable" in result["observed"] and "not writable" not in result["observed"]
     assert "of the verifier's paths are open" in proc.stderr
+    # each open path is a finding at its place in the project, scored like any other
+    assert _findings(proc) == {p: "INT-018" for p in ("tests", "conftest.py", "pyproject.toml",
+                                                     "tests/unit/conftest.py",
+                                                     ".github/workflows")}
+    assert _report(proc)["summary"]["score"] == 75
 
 
 def test_the_same_project_read_only_passes(project: Path):
@@ -74,6 +87,7 @@ def test_the_same_project_read_only_passes(project: Path):
     assert len(results) == 5
     assert {r["verdict"] for r in results.values()} == {"pass"}
     assert all("not writable" in r["observed"] for r in results.values())
+    assert _report(proc)["findings"] == [] and _report(proc)["summary"]["score"] == 0
 
 
 def test_the_project_where_the_sandbox_sees_it(project: Path):
@@ -97,9 +111,11 @@ def test_an_answer_key_absent_in_the_sandbox_passes_and_a_readable_one_fails(pro
     assert result["expectation"] == "not-readable" and result["verdict"] == "pass"
     assert result["observed"] == "absent"
     assert _results(hidden)[str(project / "src")]["verdict"] == "pass"  # read-only
+    assert "answers/key.json" not in _findings(hidden)
     shown = could(project, "--config", str(config), flags=BASE)
     assert shown.returncode == 2
     assert _results(shown)[key]["verdict"] == "fail"  # there, and readable
+    assert _findings(shown) == {"answers/key.json": "INT-019"}  # critical: the answers
 
 
 @pytest.mark.parametrize(("text", "why"), [
@@ -122,3 +138,30 @@ def test_a_project_with_no_verifier_is_told_so(tmp_path: Path):
     assert proc.returncode == 1 and "no tests, test configuration or CI workflow" in proc.stderr
     relative = could(tmp_path, "--inside", "workspace", flags=BASE)
     assert relative.returncode == 1
+
+
+def test_check_puts_both_halves_in_one_report(project: Path, tmp_path: Path):
+    """The sandbox that could write the tests, and the change that did skip one: one report,
+    one score, one SARIF, one gate."""
+    from tests.agentsec.integrity.corpus import PY, write
+    from tests.agentsec.integrity.test_cli import TAMPERED
+
+    before, after = write(tmp_path / "before", PY), write(tmp_path / "after", TAMPERED)
+    proc = subprocess.run(
+        [AGENTSEC, "integrity", "check", "--diff", str(before), str(after), "--could",
+         str(project), "--kind", "bwrap", "--json", "--sarif", str(tmp_path / "s.sarif"),
+         "--max-score", "0", "--", *BASE, "--bind", str(project), str(project)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    doc = _report(proc)
+    assert {"before", "after", "change", "could"} <= set(doc)
+    assert sorted({f["id"] for f in doc["findings"]}) == ["INT-003", "INT-018"]
+    assert doc["summary"]["score"] == 90 and doc["summary"]["finding_count"] == 6
+    sarif = json.loads((tmp_path / "s.sarif").read_text())
+    located = {r["ruleId"]: r["locations"][0]["physicalLocation"] for r in
+               sarif["runs"][0]["results"]}
+    assert located["INT-003"]["region"]["startLine"] == 11  # the change: at its line
+    assert "region" not in located["INT-018"]  # the sandbox: at the path, no line
+    proc = subprocess.run([AGENTSEC, "integrity", "check", "--json"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1 and "give --diff BEFORE AFTER, --could PROJECT" in proc.stderr

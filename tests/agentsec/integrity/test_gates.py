@@ -67,11 +67,28 @@ def test_a_baseline_accepts_what_it_holds_and_fails_on_anything_new(tmp_path: Pa
 
 @pytest.mark.parametrize(("text", "needle"), [
     ('{"tool": "agentsec", "test": "sandbox-blast-radius", "schema_version": 1}',
-     "is not a verifier-integrity report"),
+     "b.json is a blast-radius report, not a verifier-integrity report"),
     ('{"tool": "agentsec", "test": "verifier-integrity", "schema_version": 2, "findings": []}',
      "schema_version 2"),
     ('{"tool": "agentsec", "test": "verifier-integrity", "schema_version": 1, "findings": [1]}',
-     "findings[0]: needs id, path and evidence"),
+     "b.json: tool_version: missing"),
+    (json.dumps({"tool": "agentsec", "test": "verifier-integrity", "schema_version": 1,
+                 "tool_version": "0", "generated_at": "2026-01-01T00:00:00Z", "label": "x",
+                 "summary": {"score": 0, "raw_score": 0, "finding_count": 1,
+                             "findings_omitted": 0, "by_severity": {
+                                 "critical": 0, "high": 0, "medium": 0, "low": 0, "info": 0}},
+                 "could": {"project": "p", "inside": "p", "kind": "bwrap",
+                           "probe_version": None, "results": []},
+                 "findings": [1]}),
+     "b.json: findings[0]: expected an object, got 1"),
+    ('{"tool": "agentsec", "test": "verifier-integrity", "schema_version": 1, "label": "x", '
+     '"summary": {}, "findings": []}', "b.json: tool_version: missing"),
+    ('{"tool": "agentsec", "test": "verifier-integrity", "schema_version": 1, "tool_version": '
+     '"0", "generated_at": "2026-01-01T00:00:00Z", "label": "x", "summary": {"score": 15, '
+     '"raw_score": 15, "finding_count": 0, "findings_omitted": 0, "by_severity": {"critical": 0,'
+     ' "high": 0, "medium": 0, "low": 0, "info": 0}}, "could": {"project": "p", "inside": "p",'
+     ' "kind": "bwrap", "probe_version": null, "results": []}, "findings": []}',
+     "summary.raw_score: 15, but the findings' weights sum to 0"),
     ('{"tool": "agentsec", "test": "verifier-integrity"', "not valid JSON"),
 ])
 def test_a_bad_baseline_is_one_line_and_costs_no_run(tmp_path: Path, text: str, needle: str):
