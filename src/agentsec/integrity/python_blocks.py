@@ -3,9 +3,9 @@
 A change to a test file leaves most of it as it was. Parsing is most of what ``integrity diff``
 costs, so the two sides of a modified file are cut into top-level blocks (a statement with its
 decorators and the comments after it) and a block whose text is the same on both sides is
-parsed once, for both: ``plan`` returns three texts to parse, the blocks both sides share and
-each side's own, every block at its own line (the others blanked), so line numbers need no
-fixing but for the shared blocks' lines on the side after, which ``Plan.after_line`` gives.
+parsed once, for both: ``plan`` says to parse the text before whole, and of the text after
+only its own blocks, each at its line (the others blanked), so line numbers need no fixing but
+for the shared blocks' lines on the side after, which ``Plan.after_line`` gives.
 
 A block starts at a line that begins in column 0 with code (not a space, a comment, a closing
 bracket, or ``else``/``elif``/``except``/``finally``); a decorator line takes the next block
@@ -24,7 +24,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-_START = re.compile(r"^(?![\s#)\]}]|(?:else|elif|except|finally)\b)", re.MULTILINE)
+# A line in column 0 that starts no block: blank, indented, a comment, a closing bracket, or
+# the rest of a compound statement.
+_NOT_A_START = frozenset(" \t\r\f\v#)]}")
+_GLUED = re.compile(r"(?:else|elif|except|finally)\b")
 _CODE = re.compile(r"^[ \t\f]*[^\s#]", re.MULTILINE)
 
 
@@ -37,18 +40,25 @@ class Block:
 
 @dataclass(frozen=True)
 class Plan:
-    """Three texts to parse: the blocks both sides have, each side's own blocks, every block
-    at the line it is at on that side (shared ones at their lines before)."""
+    """What to parse: the text before whole (its blocks: every one), and of the text after
+    only its own blocks, each at its line (the blocks it shares with the text before blanked).
+    The shared blocks are read from the parse of the text before, for both sides."""
 
     before_lines: list[str]
     after_lines: list[str]
-    same_text: str
-    same_blocks: tuple[Block, ...]
-    before_text: str
     before_blocks: tuple[Block, ...]
+    shared: frozenset[int]  # the first lines, before, of the blocks both sides have
     after_text: str
     after_blocks: tuple[Block, ...]
     moves: tuple[tuple[int, int, int], ...]  # (first line before, end before, first line after)
+    firsts: tuple[int, ...] = ()  # of the blocks before
+
+    def is_shared(self, line: int) -> bool:
+        """Whether the block that holds a statement of the text before beginning at ``line``
+        is shared (a block may hold more than one: ``x = 1; y = 2``, or a line in column 0
+        that reads like ``else`` and is not)."""
+        index = bisect.bisect_right(self.firsts, line) - 1
+        return index >= 0 and self.firsts[index] in self.shared
 
     def after_line(self, line: int) -> int:
         """Where a line of a shared block (numbered as before) is in the file after."""
@@ -59,21 +69,17 @@ class Plan:
         return there + (line - first) if first <= line < end else line
 
 
-def blocks(text: str, lines: list[str]) -> list[Block] | None:
-    """The top-level blocks of a text, or None when code stands before the first one (an
-    indented first line: a whole parse says what is wrong with it)."""
+def blocks(lines: list[str]) -> list[Block] | None:
+    """The top-level blocks of a text's lines, or None when code stands before the first one
+    (an indented first line: a whole parse says what is wrong with it)."""
     starts: list[int] = []
-    offset_line, offset = 1, 0
     glued = False
-    for found in _START.finditer(text):
-        position = found.start()
-        if position == len(text):
-            break
-        offset_line += text.count("\n", offset, position)
-        offset = position
+    for number, line in enumerate(lines, 1):
+        if not line or line[0] in _NOT_A_START or (line[0] in "ef" and _GLUED.match(line)):
+            continue
         if not glued:
-            starts.append(offset_line)
-        glued = text.startswith("@", position)  # a decorator takes the next block with it
+            starts.append(number)
+        glued = line[0] == "@"  # a decorator takes the next block with it
     if not starts or _CODE.search("\n".join(lines[: starts[0] - 1])):
         return None
     found_blocks: list[Block] = []
@@ -96,7 +102,7 @@ def plan(before: str, after: str) -> Plan | None:
     """How to parse a file changed from ``before`` to ``after``, or None when its blocks
     cannot be cut (then each side is parsed whole)."""
     before_lines, after_lines = before.split("\n"), after.split("\n")
-    old, new = blocks(before, before_lines), blocks(after, after_lines)
+    old, new = blocks(before_lines), blocks(after_lines)
     if old is None or new is None:
         return None
     waiting: dict[str, list[Block]] = {}
@@ -114,19 +120,15 @@ def plan(before: str, after: str) -> Plan | None:
             moves.append((twin.first, twin.end, block.first))
         else:
             after_own.append(block)
-    kept = {id(b) for b in same}
-    before_own = [b for b in old if id(b) not in kept]
-    same.sort(key=lambda b: b.first)
     return Plan(
         before_lines=before_lines,
         after_lines=after_lines,
-        same_text=_text(before_lines, same),
-        same_blocks=tuple(same),
-        before_text=_text(before_lines, before_own),
-        before_blocks=tuple(before_own),
+        before_blocks=tuple(old),
+        shared=frozenset(b.first for b in same),
         after_text=_text(after_lines, after_own),
         after_blocks=tuple(after_own),
         moves=tuple(sorted(moves)),
+        firsts=tuple(b.first for b in old),
     )
 
 

@@ -98,6 +98,10 @@ class _Source:
         start, end = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
         if first is None or last is None or start is None or end is None:
             return _unparse(node)
+        if first == last and 0 < first <= len(self.lines):  # most expressions: one line
+            line = self.lines[first - 1]
+            if line.isascii():
+                return " ".join(line[start:end].split())
         lines = self.lines[first - 1: last]
         if not lines:
             return _unparse(node)
@@ -241,8 +245,8 @@ def _method_assertion(src: _Source, call: ast.Call, name: str) -> Assertion:
     return Assertion(call.lineno, text, strength, subject, expected)
 
 
-def _call_assertion(src: _Source, call: ast.Call) -> Assertion | None:
-    name = dotted(call.func)
+def _call_assertion(src: _Source, call: ast.Call, name: str) -> Assertion | None:
+    """An assertion made by a call (``name``: the callee, dotted)."""
     if not name:
         return None
     last = name.rsplit(".", 1)[-1]
@@ -262,9 +266,12 @@ def _skip_marker(node: ast.AST, text: str, src: _Source) -> Marker:
     return Marker(src.line(getattr(node, "lineno", 0)), "skip:" + text, quote(text))
 
 
-def _body_skip(node: ast.AST, src: _Source) -> Marker | None:
-    """A skip written in a test's body: pytest.skip(), self.skipTest(), raise SkipTest."""
-    if isinstance(node, ast.Call) and _ends(dotted(node.func), _SKIP_CALLS):
+def _body_skip(node: ast.AST, src: _Source, name: str | None = None) -> Marker | None:
+    """A skip written in a test's body: pytest.skip(), self.skipTest(), raise SkipTest.
+    ``name``: a call's callee, dotted, when the caller has it already."""
+    if isinstance(node, ast.Call) and _ends(
+        dotted(node.func) if name is None else name, _SKIP_CALLS
+    ):
         return _skip_marker(node, _unparse(node), src)
     if isinstance(node, ast.Raise) and node.exc is not None:
         exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
@@ -386,8 +393,7 @@ def _patch_module(target: ast.expr, imports: dict[str, str]) -> str | None:
     return imports.get(root) if root else None
 
 
-def _patch(call: ast.Call, imports: dict[str, str]) -> Marker | None:
-    name = dotted(call.func)
+def _patch(call: ast.Call, name: str, imports: dict[str, str]) -> Marker | None:
     if not name or not call.args:
         return None
     receiver, _, last = name.rpartition(".")
@@ -423,10 +429,10 @@ def _exit_code_passes(code: ast.expr | None) -> bool:
     return True
 
 
-def _exit(node: ast.AST) -> Marker | None:
+def _exit(node: ast.AST, name: str = "") -> Marker | None:
+    """An exit that reports success. ``name``: a call's callee, dotted."""
     code: ast.expr | None
     if isinstance(node, ast.Call):
-        name = dotted(node.func)
         if name in _EXIT_CALLS:
             code = node.args[0] if node.args else None
         elif _ends(name, ("pytest.exit",)):
@@ -539,8 +545,8 @@ class Part:
     shallow: bool = False
 
 
-def _walk(part: Part, tests: list[_Test], imports: dict[str, str], calls: list[ast.Call],
-          exits: list[Marker]) -> None:
+def _walk(part: Part, tests: list[_Test], imports: dict[str, str],
+          calls: list[tuple[ast.Call, str]], exits: list[Marker]) -> None:
     """One pass over a part: each test's assertions and body skips, and every import, patch
     candidate and exit, wherever they are."""
     src = part.src
@@ -555,10 +561,12 @@ def _walk(part: Part, tests: list[_Test], imports: dict[str, str], calls: list[a
             stack += [(child, test) for child in test.func.body]
             continue
         kind = type(node)
+        name = ""
         if kind is ast.Call:
-            calls.append(node)  # type: ignore[arg-type]
+            name = dotted(node.func)  # type: ignore[attr-defined]
+            calls.append((node, name))  # type: ignore[arg-type]
             if owner is not None:
-                found = _call_assertion(src, node)  # type: ignore[arg-type]
+                found = _call_assertion(src, node, name)  # type: ignore[arg-type]
                 if found is not None:
                     owner.assertions.append(found)
         elif kind is ast.Assert:
@@ -567,11 +575,11 @@ def _walk(part: Part, tests: list[_Test], imports: dict[str, str], calls: list[a
         elif kind is ast.Import or kind is ast.ImportFrom:
             _import_roots(node, imports)  # type: ignore[arg-type]
         if owner is not None and (kind is ast.Call or kind is ast.Raise):
-            skip = _body_skip(node, src)
+            skip = _body_skip(node, src, name if kind is ast.Call else None)
             if skip is not None:
                 owner.skips.append(skip)
         if kind in _EXIT_NODES:
-            found_exit = _exit(node)
+            found_exit = _exit(node, name)
             if found_exit is not None:
                 exits.append(found_exit)
         stack += [(child, owner) for child in _inner_children(node)]
@@ -596,12 +604,13 @@ def analyse_parts(path: str, parts: list[Part], conftest: bool = False,
                 for statement in part.body:
                     if isinstance(statement, (ast.Import, ast.ImportFrom)):
                         _import_roots(statement, imports)
-        calls: list[ast.Call] = []
+        calls: list[tuple[ast.Call, str]] = []  # each with its callee, dotted
         exits: list[Marker] = []
         for part, found in zip(parts, tests):
             if not part.shallow:
                 _walk(part, found, imports, calls, exits)
-        patches = [p for p in (_patch(call, imports) for call in calls) if p is not None]
+        patches = [p for p in (_patch(call, name, imports) for call, name in calls)
+                   if p is not None]
         cases = sorted((t.case(path, memo) for found in tests for t in found),
                        key=lambda c: c.line)
         return FileAnalysis(
@@ -693,28 +702,33 @@ def analyse_pair(path: str, before: str | None, after: str | None,
 
 
 def _parse_plan(path: str, shared: python_blocks.Plan):
-    """The plan's three texts parsed, each checked to hold exactly its blocks; None when one
+    """The plan's two texts parsed, each checked to hold exactly its blocks; None when one
     does not parse or does not fit (then the caller parses each side whole)."""
     trees = []
-    for text, blocks in ((shared.same_text, shared.same_blocks),
-                         (shared.before_text, shared.before_blocks),
-                         (shared.after_text, shared.after_blocks)):
+    for lines, text, blocks in ((shared.before_lines, None, shared.before_blocks),
+                                (shared.after_lines, shared.after_text, shared.after_blocks)):
         if not blocks:
             trees.append(ast.Module(body=[], type_ignores=[]))
             continue
-        tree = parse(path, text)
+        tree = parse(path, "\n".join(lines) if text is None else text)
         if isinstance(tree, str) or not python_blocks.fits(tree.body, blocks):
             return None
         trees.append(tree)
-    same, before, after = trees
-    before_lines, after_lines = shared.before_lines, shared.after_lines
-    src_before = _Source("", before_lines)
-    src_after = _Source("", after_lines)
+    before, after = trees
+    same = [s for s in before.body if shared.is_shared(_first_line(s))]
+    own = [s for s in before.body if not shared.is_shared(_first_line(s))]
+    src_before = _Source("", shared.before_lines)
+    src_after = _Source("", shared.after_lines)
     # The shared blocks sit at their lines in the tree before; the tree after has them where
     # it has them.
-    src_same_after = _Source("", before_lines, shared.after_line)
-    return (same.body, src_before, src_same_after), (Part(before.body, src_before),
-                                                    Part(after.body, src_after))
+    src_same_after = _Source("", shared.before_lines, shared.after_line)
+    return (same, src_before, src_same_after), (Part(own, src_before),
+                                               Part(after.body, src_after))
+
+
+def _first_line(node: ast.stmt) -> int:
+    decorators = getattr(node, "decorator_list", None)
+    return decorators[0].lineno if decorators else node.lineno
 
 
 def analyse_test(path: str, text: str, conftest: bool = False) -> FileAnalysis:

@@ -20,6 +20,7 @@ import os
 import re
 import subprocess
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,9 @@ class GitTrees:
         self.after = Location("git", str(repo), ref_after, commits[1])
         self._blobs: dict[Side, dict[str, str]] = {"before": {}, "after": {}}
         self._listed: dict[Side, bool] = {"before": False, "after": False}
+        # The reader of the first contents, started now: it starts up while diff-tree runs.
+        self._reader: subprocess.Popen[bytes] | None = self._start_reader()
+        weakref.finalize(self, _reap, self._reader)  # not used after all: ended, not left
 
     def _run(self, args: list[str], stdin: bytes | None = None, check: bool = True):
         try:
@@ -290,14 +294,9 @@ class GitTrees:
         contents = self._cat([sha for _, sha in known])
         return {key: contents[sha] for key, sha in known if sha in contents}
 
-    def _cat(self, shas: Iterable[str]) -> dict[str, Content]:
-        """Blob contents by id, from one ``git cat-file --batch``: ids are written by a thread
-        while this one reads, so neither pipe can fill and stall the other."""
-        unique = list(dict.fromkeys(shas))
-        if not unique:
-            return {}
+    def _start_reader(self) -> subprocess.Popen[bytes]:
         try:
-            proc = subprocess.Popen(
+            return subprocess.Popen(
                 ["git", "--no-pager", "-C", str(self._repo), "cat-file", "--batch"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -306,6 +305,14 @@ class GitTrees:
             )
         except FileNotFoundError:
             raise IntegrityInputError("git is not installed (needed for --repo)") from None
+
+    def _cat(self, shas: Iterable[str]) -> dict[str, Content]:
+        """Blob contents by id, from one ``git cat-file --batch``: ids are written by a thread
+        while this one reads, so neither pipe can fill and stall the other."""
+        unique = list(dict.fromkeys(shas))
+        if not unique:
+            return {}
+        proc, self._reader = self._reader or self._start_reader(), None
         assert proc.stdin is not None and proc.stdout is not None
         writer = threading.Thread(target=_write_ids, args=(proc.stdin, unique), daemon=True)
         writer.start()
@@ -320,6 +327,20 @@ class GitTrees:
             writer.join(GIT_TIMEOUT_S)
             proc.wait(GIT_TIMEOUT_S)
         return found
+
+
+def _reap(proc: subprocess.Popen[bytes] | None) -> None:
+    """End a reader no one used: with its input closed, cat-file exits at once."""
+    if proc is None or proc.returncode is not None:
+        return
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+    try:
+        proc.wait(GIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _write_ids(stdin: IO[bytes], shas: list[str]) -> None:

@@ -58,6 +58,11 @@ TRICKY = {
     "syntax error after": ("def test_x():\n    assert 1 == 1\n",
                            "def test_x():\n    assert 1 == 1\n\n\ndef broken(:\n    pass\n"),
     "indented first line": ("  x = 1\n", "  x = 2\n"),
+    "statements sharing a line, names that start like else": (
+        "import pytest; import os\nelsewhere = 1\nfinally_ = pytest.mark.skip\n\n\n"
+        "def test_a():\n    assert os.sep == '/'\n",
+        "import pytest; import os\nelsewhere = 1\nfinally_ = pytest.mark.skip\n\n\n"
+        "@finally_\ndef test_a():\n    assert os.sep\n"),
 }
 
 
