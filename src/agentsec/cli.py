@@ -416,6 +416,8 @@ def compare(reports: tuple[Path, ...], as_json: bool) -> None:
     if sandboxes:
         out.print(scores_table(sandboxes, title="Comparison", detailed=True))
     if integrity:
+        if sandboxes:
+            out.print()
         out.print(integrity_table(integrity, title="Verifier integrity", detailed=True))
 
 

@@ -81,10 +81,13 @@ class FileAnalysis:
     functions: tuple[FunctionBody, ...] = ()
     # Why the file could not be analysed (then everything else is empty).
     problem: str | None = None
+    # Tests counted and not listed: the unchanged code both sides of a file share, whose tests
+    # could only compare equal (python_tests.analyse_pair).
+    unlisted_cases: int = 0
 
     @property
     def test_count(self) -> int:
-        return sum(t.cases for t in self.tests)
+        return sum(t.cases for t in self.tests) + self.unlisted_cases
 
 
 @dataclass(frozen=True)

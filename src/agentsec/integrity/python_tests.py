@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -343,6 +344,17 @@ def _mark_skips(value: ast.expr, src: _Source) -> list[Marker]:
             if _is_skip_decorator(i)]
 
 
+def _test_functions(body: list[ast.stmt], prefix: str = ""):
+    """(qualified name, function) of each test, as ``_tests_in`` finds them, and nothing more."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith(
+            "test"
+        ):
+            yield prefix + node.name, node
+        elif isinstance(node, ast.ClassDef) and _is_test_class(node):
+            yield from _test_functions(node.body, f"{prefix}{node.name}.")
+
+
 def _tests_in(body: list[ast.stmt], src: _Source, prefix: str = "",
               inherited: tuple[Marker, ...] = ()) -> list[_Test]:
     found: list[_Test] = []
@@ -543,6 +555,8 @@ class Part:
     body: list[ast.stmt]
     src: _Source
     shallow: bool = False
+    # A shallow part whose tests are counted, not listed: this many (see ``_by_blocks``).
+    counted: int | None = None
 
 
 def _walk(part: Part, tests: list[_Test], imports: dict[str, str],
@@ -596,8 +610,8 @@ def analyse_parts(path: str, parts: list[Part], conftest: bool = False,
         # A module-level skip applies to every test of the file, as a class's does to its
         # methods: each test carries it, and the checks report each marker once.
         inherited = tuple(m for part in parts for m in _module_skips(part.body, part.src))
-        tests = [[] if conftest else _tests_in(part.body, part.src, inherited=inherited)
-                 for part in parts]
+        tests = [[] if conftest or part.counted is not None
+                 else _tests_in(part.body, part.src, inherited=inherited) for part in parts]
         imports: dict[str, str] = {}
         for part in parts:
             if part.shallow:
@@ -620,6 +634,7 @@ def analyse_parts(path: str, parts: list[Part], conftest: bool = False,
             exits=tuple(sorted(exits, key=lambda m: m.line)),
             hooks=tuple(m for part in parts for m in _hooks(part.body, part.src))
             if conftest else (),
+            unlisted_cases=sum(part.counted or 0 for part in parts),
         )
     except RecursionError:
         return FileAnalysis(path, problem=f"Python {MAX_NESTING_NOTE}: not analysed")
@@ -690,18 +705,41 @@ def analyse_pair(path: str, before: str | None, after: str | None,
         if shared is not None:
             parsed = _parse_plan(path, shared)
             if parsed is not None:
-                (same, src_before, src_after), changed = parsed
-                memo: dict[int, tuple[str, int]] = {}  # the shared tests, read once
-                return (
-                    analyse_parts(path, [Part(same, src_before, shallow=True), changed[0]],
-                                  conftest, memo),
-                    analyse_parts(path, [Part(same, src_after, shallow=True), changed[1]],
-                                  conftest, memo),
-                )
+                same_parts, own = parsed
+                return _by_blocks(path, same_parts, own, conftest)
     return analyse_pair_whole(path, before, after, conftest)
 
 
-def _parse_plan(path: str, shared: python_blocks.Plan):
+def _by_blocks(path: str, same_parts: tuple[list[ast.stmt], _Source, _Source],
+               own: tuple[Part, Part], conftest: bool) -> tuple[FileAnalysis, FileAnalysis]:
+    """Both sides from the blocks they share (parsed once) and each side's own.
+
+    The tests of the shared blocks are the same on both sides: each pairs with its twin and
+    the comparison finds nothing, so they are counted, not listed, unless something could make
+    them differ: a module-level skip that one side's own blocks have and the other's do not
+    (every test inherits it), or a test of the same name in a side's own blocks (pairing by
+    name would have a choice to make). Then they are listed on both sides, as a whole parse
+    lists them."""
+    same, src_before, src_after = same_parts
+    memo: dict[int, tuple[str, int]] = {}  # the shared tests, read once for both sides
+    counted: int | None = None
+    try:
+        keys = [Counter(m.key for m in _module_skips(part.body, part.src)) for part in own]
+        if not conftest and keys[0] == keys[1]:
+            shared_tests = list(_test_functions(same))
+            names = {name for name, _ in shared_tests}
+            if not any(name in names for part in own for name, _ in _test_functions(part.body)):
+                counted = sum(_parametrize_cases(func.decorator_list) for _, func in shared_tests)
+    except RecursionError:
+        counted = None  # analyse_parts says so, for each side
+    return (
+        analyse_parts(path, [Part(same, src_before, True, counted), own[0]], conftest, memo),
+        analyse_parts(path, [Part(same, src_after, True, counted), own[1]], conftest, memo),
+    )
+
+
+def _parse_plan(path: str, shared: python_blocks.Plan
+                ) -> tuple[tuple[list[ast.stmt], _Source, _Source], tuple[Part, Part]] | None:
     """The plan's two texts parsed, each checked to hold exactly its blocks; None when one
     does not parse or does not fit (then the caller parses each side whole)."""
     trees = []
