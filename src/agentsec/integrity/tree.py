@@ -15,6 +15,7 @@ submodule's content is another repository's.
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import os
 import re
@@ -195,14 +196,15 @@ class GitTrees:
             raise IntegrityInputError(f"{clean_text(str(repo), 200)} is not a directory")
         self._repo = repo
         self._env = _git_env()
-        commits = self._resolve([check_ref(ref_before), check_ref(ref_after)])
+        refs = [check_ref(ref_before), check_ref(ref_after)]
+        # One reader resolves the refs, then reads the first contents: a git less to start.
+        self._reader: subprocess.Popen[bytes] | None = self._start_reader()
+        weakref.finalize(self, _reap, self._reader)  # not used after all: ended, not left
+        commits = self._resolve(refs)
         self.before = Location("git", str(repo), ref_before, commits[0])
         self.after = Location("git", str(repo), ref_after, commits[1])
         self._blobs: dict[Side, dict[str, str]] = {"before": {}, "after": {}}
         self._listed: dict[Side, bool] = {"before": False, "after": False}
-        # The reader of the first contents, started now: it starts up while diff-tree runs.
-        self._reader: subprocess.Popen[bytes] | None = self._start_reader()
-        weakref.finalize(self, _reap, self._reader)  # not used after all: ended, not left
 
     def _run(self, args: list[str], stdin: bytes | None = None, check: bool = True):
         try:
@@ -224,25 +226,44 @@ class GitTrees:
         return proc
 
     def _resolve(self, refs: list[str]) -> list[str]:
-        query = "".join(f"{ref}^{{commit}}\n" for ref in refs).encode()
-        proc = self._run(["cat-file", "--batch-check"], stdin=query, check=False)
-        if proc.returncode != 0:
-            if b"not a git repository" in proc.stderr:
-                raise IntegrityInputError(
-                    f"{clean_text(str(self._repo), 200)} is not a git repository"
-                )
-            self._run(["cat-file", "--batch-check"], stdin=query)  # raises, saying why
-        lines = proc.stdout.decode().splitlines()
+        """Each ref's commit, asked of the reader one ref a line (``check_ref`` keeps a ref
+        from breaking the line protocol)."""
+        reader = self._reader
+        assert reader is not None and reader.stdin is not None and reader.stdout is not None
+        try:
+            reader.stdin.write("".join(f"{ref}^{{commit}}\n" for ref in refs).encode())
+            reader.stdin.flush()
+        except OSError:
+            pass  # git went away at once: what it said is read below
         commits: list[str] = []
-        for ref, line in zip(refs, lines + [""] * len(refs)):
-            fields = line.split()
-            if len(fields) != 3 or fields[1] != "commit":
+        for ref in refs:
+            fields = reader.stdout.readline().split()
+            if not fields:
+                self._reader = None
+                raise self._reader_failed(reader)
+            if len(fields) != 3 or fields[1] != b"commit":
                 raise IntegrityInputError(
                     f"ref {clean_text(ref, 80)!r}: no such commit in "
                     f"{clean_text(str(self._repo), 200)}"
                 )
-            commits.append(fields[0])
+            reader.stdout.read(int(fields[2]) + 1)  # the commit object, and its newline
+            commits.append(fields[0].decode("ascii"))
         return commits
+
+    def _reader_failed(self, reader: subprocess.Popen[bytes]) -> IntegrityInputError:
+        """Why the reader stopped before answering, in one line."""
+        assert reader.stderr is not None
+        try:
+            reader.wait(GIT_TIMEOUT_S)
+            said = reader.stderr.read().decode("utf-8", "replace").strip().splitlines()
+        except (OSError, subprocess.TimeoutExpired):
+            said = []
+        _reap(reader)
+        if any("not a git repository" in line for line in said):
+            return IntegrityInputError(
+                f"{clean_text(str(self._repo), 200)} is not a git repository")
+        detail = clean_text(said[-1], 200) if said else f"exit {reader.returncode}"
+        return IntegrityInputError(f"git cat-file failed: {detail}")
 
     def changes(self) -> list[Changed]:
         assert self.before.commit and self.after.commit
@@ -300,7 +321,7 @@ class GitTrees:
                 ["git", "--no-pager", "-C", str(self._repo), "cat-file", "--batch"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,  # read only when it stops early: a line or two
                 env=self._env,
             )
         except FileNotFoundError:
@@ -326,6 +347,8 @@ class GitTrees:
             proc.stdout.close()
             writer.join(GIT_TIMEOUT_S)
             proc.wait(GIT_TIMEOUT_S)
+            if proc.stderr is not None:
+                proc.stderr.close()
         return found
 
 
@@ -333,9 +356,10 @@ def _reap(proc: subprocess.Popen[bytes] | None) -> None:
     """End a reader no one used: with its input closed, cat-file exits at once."""
     if proc is None or proc.returncode is not None:
         return
-    for stream in (proc.stdin, proc.stdout):
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
-            stream.close()
+            with contextlib.suppress(OSError):
+                stream.close()
     try:
         proc.wait(GIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
