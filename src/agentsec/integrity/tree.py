@@ -206,24 +206,39 @@ class GitTrees:
         self._blobs: dict[Side, dict[str, str]] = {"before": {}, "after": {}}
         self._listed: dict[Side, bool] = {"before": False, "after": False}
 
-    def _run(self, args: list[str], stdin: bytes | None = None, check: bool = True):
+    def _run(self, args: list[str], check: bool = True) -> bytes:
+        """A git command's output. Bounded by a watchdog that ends git after GIT_TIMEOUT_S,
+        rather than by ``subprocess.run``'s timeout, whose wait polls and sleeps between
+        looks once the output is read."""
         try:
-            proc = subprocess.run(
+            proc = subprocess.Popen(
                 ["git", "--no-pager", "-C", str(self._repo), *args],
-                input=stdin,
-                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=self._env,
-                timeout=GIT_TIMEOUT_S,
             )
         except FileNotFoundError:
             raise IntegrityInputError("git is not installed (needed for --repo)") from None
-        except subprocess.TimeoutExpired:
-            raise IntegrityInputError(f"git {args[0]} took longer than {GIT_TIMEOUT_S} s") from None
+        ended = threading.Event()
+
+        def end() -> None:
+            ended.set()
+            proc.kill()
+
+        watchdog = threading.Timer(GIT_TIMEOUT_S, end)
+        watchdog.start()
+        try:
+            out, err = proc.communicate()
+        finally:
+            watchdog.cancel()
+        if ended.is_set():
+            raise IntegrityInputError(f"git {args[0]} took longer than {GIT_TIMEOUT_S} s")
         if check and proc.returncode != 0:
-            why = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = err.decode("utf-8", "replace").strip().splitlines()
             detail = clean_text(why[-1], 200) if why else f"exit {proc.returncode}"
             raise IntegrityInputError(f"git {args[0]} failed: {detail}")
-        return proc
+        return out
 
     def _resolve(self, refs: list[str]) -> list[str]:
         """Each ref's commit, asked of the reader one ref a line (``check_ref`` keeps a ref
@@ -269,7 +284,7 @@ class GitTrees:
         assert self.before.commit and self.after.commit
         out = self._run(
             ["diff-tree", "-r", "-z", "--no-renames", self.before.commit, self.after.commit]
-        ).stdout
+        )
         parts = out.split(b"\0")
         found: list[Changed] = []
         for head, raw_path in zip(parts[0::2], parts[1::2]):
@@ -294,7 +309,7 @@ class GitTrees:
             return
         commit = self.before.commit if side == "before" else self.after.commit
         assert commit
-        out = self._run(["ls-tree", "-r", "-z", "--full-tree", commit]).stdout
+        out = self._run(["ls-tree", "-r", "-z", "--full-tree", commit])
         blobs = self._blobs[side]
         for entry in out.split(b"\0"):
             head, _, raw_path = entry.partition(b"\t")
@@ -338,15 +353,22 @@ class GitTrees:
         writer = threading.Thread(target=_write_ids, args=(proc.stdin, unique), daemon=True)
         writer.start()
         found: dict[str, Content] = {}
+        drained = False
         try:
             for sha in unique:
                 content = _read_batch_entry(proc.stdout)
                 if content is not None:
                     found[sha] = content
+            drained = proc.stdout.read() == b""  # its output ended: git is exiting
         finally:
             proc.stdout.close()
             writer.join(GIT_TIMEOUT_S)
-            proc.wait(GIT_TIMEOUT_S)
+            # A wait with a timeout polls, sleeping between looks; git that has ended its
+            # output needs none.
+            if drained:
+                proc.wait()
+            else:
+                proc.wait(GIT_TIMEOUT_S)
             if proc.stderr is not None:
                 proc.stderr.close()
         return found
