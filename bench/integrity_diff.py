@@ -14,6 +14,11 @@ Printed: each median, and the service's and the command's ratio to git. Target: 
 The command's ratio is dominated by the interpreter's start (about 0.3 s here; `agentsec
 --version` alone shows it), which no change to the checks can remove.
 
+What the service spends its time on, and what was done about it, is in docs/integrity.md
+("Speed"). The ratio moves with the machine's load (git's few milliseconds less than the
+service's Python): compare two versions by running them in turns, e.g. an older checkout's
+with PYTHONPATH=OLD/src, as docs/integrity.md's numbers were.
+
     .venv/bin/python bench/integrity_diff.py [--rounds 7] [--check]
 
 With --check the exit code is 2 when the target is missed.
