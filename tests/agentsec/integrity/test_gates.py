@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -127,9 +128,15 @@ def test_the_shipped_workflow_step_gates_a_tampered_pull_request(tmp_path: Path)
         return subprocess.run(["bash", "-e", "-c", step["run"]], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=120)
 
+    summary = tmp_path / "summary.md"
+    env["GITHUB_STEP_SUMMARY"] = str(summary)
     first = run_step()
     assert first.returncode == 2, first.stderr  # --max-score 0: any finding fails the job
     _sarif_validator().validate(json.loads((repo / "integrity.sarif").read_text()))
+    assert "INT-003" in summary.read_text() and "### agentsec integrity: pr-7" in \
+        summary.read_text()
+    junit = ET.parse(repo / "integrity.xml").getroot()
+    assert junit.get("failures") == "2"  # INT-003, and the gate
     report = repo / "integrity-reports" / "integrity_pr-7.json"
     assert json.loads(report.read_text())["summary"]["score"] == 15
     # someone looks at it and accepts it: the same change passes, against the baseline
