@@ -121,8 +121,9 @@ def _could(project: Path, opts: dict[str, Any], engine_flags: tuple[str, ...]):
 
 def _finish(doc: dict[str, Any], opts: dict[str, Any], gates: Any,
             open_paths: str | None = None) -> None:
-    """Write, record, judge, show. ``open_paths``: why `could` fails on its own when no gate
-    was asked for (its contract: any path open, or not told, fails)."""
+    """Write, record, judge, show. ``open_paths``: why `could` fails on its own when neither
+    --max-score nor --baseline says what is accepted (its contract: any path open to the
+    workload, or not told, fails)."""
     from agentsec import service
     from agentsec.gate import render_gate
     from agentsec.integrity import report
@@ -156,7 +157,7 @@ def _finish(doc: dict[str, Any], opts: dict[str, Any], gates: Any,
     if judged.history_error is not None:
         raise judged.history_error
     failures = [verdict.failures()] if verdict.failed else []
-    if open_paths and not verdict.checks:
+    if open_paths and gates.max_score is None and gates.baseline is None:
         failures.append(open_paths)
     if failures:
         raise GateFailed("; ".join(failures))

@@ -165,3 +165,19 @@ def test_check_puts_both_halves_in_one_report(project: Path, tmp_path: Path):
     proc = subprocess.run([AGENTSEC, "integrity", "check", "--json"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 1 and "give --diff BEFORE AFTER, --could PROJECT" in proc.stderr
+
+
+def test_a_baseline_accepts_a_sandbox_that_binds_the_project_writable(project: Path,
+                                                                      tmp_path: Path):
+    """Most agent sandboxes bind their project writable: once accepted, the same sandbox passes,
+    and only what the baseline does not hold fails (here: the answers made readable)."""
+    writable = [*BASE, "--bind", str(project), str(project)]
+    first = could(project, "--out", str(tmp_path / "r"), "--label", "agent", flags=writable)
+    assert first.returncode == 2  # could's own gate: any path open fails
+    accepted = tmp_path / "r" / "integrity_agent.json"
+    again = could(project, "--baseline", str(accepted), flags=writable)
+    assert again.returncode == 0, again.stderr
+    config = tmp_path / "verifier.json"
+    config.write_text(json.dumps({"answers": ["answers/key.json"]}))
+    more = could(project, "--baseline", str(accepted), "--config", str(config), flags=writable)
+    assert more.returncode == 2 and "(INT-019)" in more.stderr, more.stderr
