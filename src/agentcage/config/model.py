@@ -377,11 +377,9 @@ class LlmAgent(Strict):
 
 
 def _usable_agent(agent: LlmAgent, what: str) -> None:
-    """An enabled model of the gateway's own: a provider built, a model, a key of its own."""
+    """An enabled model of the gateway's own: a model, a key of its own."""
     if not agent.enable:
         return
-    if agent.provider == "openrouter":
-        raise ValueError("provider openrouter: not built yet; use anthropic or openai")
     if not agent.model:
         raise ValueError(f"model: required for the {what} (e.g. claude-haiku-4-5)")
     if not agent.api_key or not re.fullmatch(r"secret:[A-Za-z_][A-Za-z0-9_]*", agent.api_key):

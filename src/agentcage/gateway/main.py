@@ -201,7 +201,7 @@ def _model_post(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAd
                 provider: str):
     """HTTPS to a model provider for the gateway's own calls (the decider, the re-reader):
     over the uplink, to that provider's host alone, checked as every upstream is (llm.py)."""
-    host = PROVIDERS[provider][0]
+    host = PROVIDERS[provider].host
     connector = UpstreamConnector(
         UpstreamResolver(settings.dns_servers, uplink), addresses,
         lambda name, port: None if (name, port) == (host, 443) else "not the model's provider",
