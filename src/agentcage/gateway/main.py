@@ -369,6 +369,8 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         if published is not None:
             await published.close()
         resolver_thread.stop()
+        if grants is not None:  # grants.json as the grants are at the end
+            grants.flush()
         with contextlib.suppress(FileNotFoundError):
             Path(settings.ready_path).unlink()
         if capture is not None:
