@@ -141,3 +141,48 @@ def test_a_thousand_grants_are_read_back_by_the_cli_and_the_next_gateway(tmp_pat
     assert json.loads(cage.grants.read_text())["version"] == 1
     again = Grants(settings, Path(cage.grants), lambda record: None)  # the next gateway
     assert [g.id for g in again.active()] == [g.id for g in grants.active()]
+
+
+def test_written_waits_off_the_loop_until_the_file_holds_every_change_so_far(tmp_path):
+    state, path = Counting(), tmp_path / "state"
+    served: list[int] = []
+
+    async def change_then_wait() -> str:
+        copy = StateCopy(path, state.render, state.failures.append)
+        state.value = 7
+        copy.changed()
+        assert not path.exists()
+
+        async def other_flow() -> None:  # the loop serves others while the answer waits
+            served.append(state.value)
+
+        other = asyncio.get_running_loop().create_task(other_flow())
+        await copy.written()
+        await other
+        return path.read_text()
+
+    assert asyncio.run(change_then_wait()) == "7\n"
+    assert served == [7] and state.failures == []
+
+
+def test_a_revoked_grant_is_on_disk_when_revoke_returns(tmp_path):
+    """A revocation is never left for later: a gateway killed right after it must not bring
+    the grant back at its next start."""
+    store = StateStore(tmp_path / "home")
+    cage = store.cage("c")
+    cage.root.mkdir(parents=True)
+    settings = PolicyApiSettings(grantable=("*.example.test",), max_grants=8,
+                                 max_ttl_seconds=600)
+
+    async def grant_then_revoke() -> list[str]:
+        grants = Grants(settings, cage.grants, lambda record: None)
+        asked = grants.ask({"domain": "a.example.test", "reason": "the task"}, (80, 443),
+                           lambda host: False)
+        await grants.persisted()
+        on_disk = [g["id"] for g in json.loads(cage.grants.read_text())["grants"]]
+        assert on_disk == [asked.grant_id]
+        grants.revoke(asked.grant_id)
+        # no await: the write must already have happened
+        return [g["id"] for g in json.loads(cage.grants.read_text())["grants"]]
+
+    assert asyncio.run(grant_then_revoke()) == []

@@ -9,7 +9,10 @@ are written together by the next round (the latest state wins). Where no loop ru
 changing the file of a stopped cage, a thread of the gateway's other than the loop's), the
 write is made at once.
 `flush()` writes what is stale before it returns: the operator's channel answers after it, so
-the CLI reads what it asked for, and the gateway's last act at shutdown is one.
+the CLI reads what it asked for, and the gateway's last act at shutdown is one. `written()`
+waits, without holding up the loop, until the file holds every change made before it was
+called: an answer that tells someone of a change is sent after it, so whoever reads the file
+next (the operator's `list`) finds what that answer said.
 
 Every write carries the number of the change it was rendered at, under one lock: a write
 rendered earlier never replaces one rendered later, whichever thread finishes first.
@@ -46,6 +49,18 @@ class StateCopy:
             return
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._drain())
+
+    async def written(self) -> None:
+        """Until the file holds every change made so far (or writing it failed, which was
+        said): the loop serves other work meanwhile."""
+        change = self._changes
+        while self._written < change:
+            if self._task is None or self._task.done():
+                self._task = asyncio.get_running_loop().create_task(self._drain())
+            task = self._task
+            await asyncio.shield(task)
+            if self._written < change and task.done():
+                return  # the write failed (said by `failed`); the state holds either way
 
     def flush(self) -> None:
         """Write the state now if the file lags it (blocking: for rare moments only)."""

@@ -297,8 +297,9 @@ class Grants:
         ended = [g for g in self._grants.values() if target in (g.id, str(g.pattern))]
         for grant in ended:
             self._end(grant, by, why, cut)
-        if ended:
+        if ended:  # on disk before anything else: a restart never brings a revoked grant back
             self._save()
+            self.flush()
         return ended
 
     def reinstate(self, grant: Grant, by: str = "operator") -> None:
@@ -430,6 +431,12 @@ class Grants:
         fails is audited; the grants are in force either way, and the CLI's listing lags."""
         if self._copy is not None:
             self._copy.changed()
+
+    async def persisted(self) -> None:
+        """Until grants.json holds every change made so far, the loop serving other flows
+        meanwhile (the agent's answer is sent after it)."""
+        if self._copy is not None:
+            await self._copy.written()
 
     def flush(self) -> None:
         """grants.json as the state is now, before returning (the operator's channel answers
