@@ -34,7 +34,7 @@ def imap(spec, step, password):
     result = {"capabilities": sorted(conn.capabilities)}
     try:
         if step["imap"] == "authenticate":
-            secret = "\0{}\0{}".format(spec["user"], password).encode()
+            secret = f"\0{spec['user']}\0{password}".encode()
             result["login"] = text(conn.authenticate("PLAIN", lambda _: secret))
         else:
             result["login"] = text(conn.login(spec["user"], password))
@@ -88,7 +88,7 @@ def main():
             results.append(imap(spec, step, password) if "imap" in step
                            else smtp(spec, step, password))
         except Exception as e:
-            results.append({"error": "{}: {}".format(type(e).__name__, text(str(e)))})
+            results.append({"error": f"{type(e).__name__}: {text(str(e))}"})
     print(json.dumps(results))
 
 

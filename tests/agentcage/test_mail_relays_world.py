@@ -1,0 +1,199 @@
+"""Mail relays (cage.yaml `relays`) in the fake internet, all real: a cage (bwrap, namespaces,
+nftables), its gateway, and fakenet's IMAPS and SMTP servers (which record every login and
+message, and echo the password they were given). Inside the cage, Python's imaplib and smtplib
+log in with the placeholder of the relay's secret; the server gets the real password; the cage
+never sees it. Each refusal is paired with a control that goes through.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from tests.agentcage.conftest import World, needs_root, start_cage
+
+pytestmark = pytest.mark.netns
+
+CLIENT = (Path(__file__).parent / "mail_client.py").read_text()
+MAIL = "mail.example.test"
+USER = "agent@mail.example.test"
+ENV, OTHER = "MAIL_PASSWORD", "API_TOKEN"
+VALUE = "mail-pw-" + secrets.token_hex(16)  # the real password: never inside the cage
+OTHER_VALUE = "tok-" + secrets.token_hex(16)
+EXTRA = f"""
+relays:
+  - host: {MAIL}
+    ports: [993, 465, 587]
+    secret: {ENV}
+secret_injection:
+  - env: {OTHER}
+    inject_to: [api.example.test]
+"""
+# a provider's key, planted where the agent could read it (Anthropic's format: allowed only
+# toward Anthropic's own hosts)
+KEY = "sk-ant-api03-" + base64.urlsafe_b64encode(os.urandom(72)).decode()[:93] + "AA"
+
+
+@pytest.fixture(scope="module")
+def world():
+    needs_root()
+    from fakenet import FakeInternet
+
+    with FakeInternet(extra_names={MAIL: None}, catch_all=False) as internet:
+        internet.set_mail_account(USER, VALUE)
+        yield World(internet, internet.add_client().netns)
+
+
+@pytest.fixture(scope="module")
+def cage(world):
+    gen = start_cage(world, "mail", ["api.example.test"], extra=EXTRA)
+    handle = next(gen)
+    try:
+        for env, value in ((ENV, VALUE), (OTHER, OTHER_VALUE)):
+            result = handle.service.secret_set(handle.name, env, value.encode())
+            assert result["applied"], result
+        yield handle
+    finally:
+        gen.close()
+
+
+def mail(cage, steps: list[dict], password_env: str = ENV, host: str = MAIL) -> list[dict]:
+    spec = {"host": host, "user": USER, "password_env": password_env, "steps": steps}
+    r = cage.service.exec_capture(cage.name, ["python3", "-c", CLIENT, json.dumps(spec)],
+                                  timeout=180)
+    assert r.returncode == 0, r
+    assert VALUE not in r.stdout + r.stderr
+    return json.loads(r.stdout)
+
+
+def placeholder(cage, env: str = ENV) -> str:
+    r = cage.sh(f'printf %s "${env}"')
+    assert r.returncode == 0 and r.stdout.startswith(f"agentcage:secret:{env}:"), r
+    return r.stdout
+
+
+def relay_records(cage) -> list[dict]:
+    return [r for r in cage.audit() if r["direction"] == "relay"]
+
+
+def logins(world) -> list[dict]:
+    return [r for r in world.mail_records() if r["event"] == "login"]
+
+
+def test_imaplib_and_smtplib_log_in_with_the_placeholder_and_the_server_gets_the_password(
+        cage, world):
+    token = placeholder(cage)
+    before = len(logins(world))
+    body = "Subject: report\r\n\r\nthe build passed " + secrets.token_hex(4) + "\r\n"
+    imap_login, imap_plain, smtps, submission = mail(cage, [
+        {"imap": "login", "idle": True}, {"imap": "authenticate", "append": body},
+        {"smtp": 465, "message": body}, {"smtp": 587, "message": body}])
+    # every login reached the server with the real password, and was accepted
+    seen = logins(world)[before:]
+    assert {(r["proto"], r["mechanism"]) for r in seen} == {
+        ("imaps", "LOGIN"), ("imaps", "AUTHENTICATE PLAIN"), ("smtps", "AUTH PLAIN"),
+        ("smtp", "AUTH PLAIN")}, seen
+    assert all(r["ok"] and r["password"] == VALUE and r["sni"] == MAIL for r in seen), seen
+    # what the server echoed (its answer to the login, the INBOX's first message) reached the
+    # cage with the placeholder in the password's place
+    assert imap_login["login"][0] == "OK" and token in imap_login["login"][1][0]
+    assert f"Your password is {token}" in imap_login["fetch"]
+    assert imap_plain["login"][0] == "OK" and imap_plain["append"][0] == "OK"
+    assert smtps["login"][0] == 235 and token in smtps["login"][1] and smtps["sent"]
+    assert submission["login"][0] == 235 and submission["sent"]
+    assert imap_login["idle"].startswith("+") and "OK" in imap_login["idle_done"]
+    # the messages arrived as sent
+    messages = [r for r in world.mail_records() if r["event"] == "message"]
+    assert [m["data"] for m in messages[-3:]] == [body.encode()] * 3
+    # what would hide the rest of a connection from the gateway is never offered to the cage
+    assert "STARTTLS" not in imap_login["capabilities"]
+    assert not any(c.startswith(("COMPRESS", "AUTH=CRAM")) for c in imap_login["capabilities"])
+    assert {"chunking", "pipelining", "starttls"}.isdisjoint(smtps["features"])
+    # audited: each connection, each login's outcome (the secret named, never its value), each
+    # message with its size
+    records = relay_records(cage)
+    outcomes = [r for r in records if "accepted by the server" in r["reason"]]
+    assert len(outcomes) == 4 and all(r["secrets_injected"] == [ENV] for r in outcomes)
+    sent = [r for r in records if r["reason"] == "message"]
+    assert sent and all(r["bytes"] == len(body) and r["rcpt_to"] == [USER]
+                        for r in sent[-2:]), sent
+    closed = [r for r in records if r["reason"] == "closed"]
+    assert len(closed) >= 4 and all(r["decision"] == "allowed" for r in closed)
+    assert any(r["secrets_redacted"] == [ENV] for r in closed)
+    state = cage.cage.root
+    for path in (state / "audit.jsonl", state / "gateway.log"):
+        assert VALUE not in path.read_text()
+        assert body.split("\r\n\r\n")[1].strip() not in path.read_text()  # no message body
+
+
+def test_a_planted_key_in_an_outgoing_message_is_blocked_and_audited(cage, world):
+    clean = "Subject: notes\r\n\r\nnothing secret here " + secrets.token_hex(4) + "\r\n"
+    leaking = f"Subject: notes\r\n\r\nthe key: {KEY}\r\n"
+    control, smtp_blocked, imap_blocked = mail(cage, [
+        {"smtp": 465, "message": clean}, {"smtp": 587, "message": leaking},
+        {"imap": "login", "append": leaking}])
+    assert control["sent"] and world.received(clean.split("\r\n\r\n")[1].strip())
+    assert "554" in smtp_blocked["error"] and "blocked by secrets" in smtp_blocked["error"]
+    assert "error" in imap_blocked
+    assert not world.received(KEY) and not world.received(KEY[-40:])
+    blocked = [r for r in relay_records(cage) if r["decision"] == "blocked"]
+    assert {r["method"] if r["method"] else r["protocol"] for r in blocked} >= {"submission",
+                                                                                 "IMAPS"}
+    assert [r for r in blocked if r["by"] == "secrets"], blocked
+    assert KEY not in (cage.cage.root / "audit.jsonl").read_text()
+
+
+def test_a_placeholder_of_another_secret_in_a_login_is_refused(cage, world):
+    before = len(logins(world))
+    refused, = mail(cage, [{"smtp": 465}], password_env=OTHER)
+    assert "error" in refused
+    assert not any(r["password"] == OTHER_VALUE for r in logins(world)[before:])
+    assert not world.received(OTHER_VALUE)
+    blocked = [r for r in relay_records(cage) if r["decision"] == "blocked"]
+    assert any(r["by"] == "injection" and f"placeholder of {OTHER}" in r["reason"]
+               for r in blocked), blocked
+    # the control: the relay's own placeholder logs in on the same port
+    control, = mail(cage, [{"smtp": 465}])
+    assert control["login"][0] == 235
+
+
+def test_a_host_or_port_the_relays_do_not_name_is_refused(cage, world):
+    """993 with another name (an allowed HTTPS host, which resolves to the gateway too); the
+    mail host on a port no relay names; HTTPS to the mail host (the relay is not an HTTP
+    allowance). The control, the relay's own host and port, is the first test's."""
+    probe = f"""
+import json, socket, ssl, sys
+out = {{}}
+def tls(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=4) as s:
+            with ssl.create_default_context().wrap_socket(s, server_hostname=host) as t:
+                return t.recv(64).decode()
+    except Exception as e:
+        return type(e).__name__
+out["other_name_993"] = tls("api.example.test", 993)
+out["mail_143"] = tls("{MAIL}", 143)
+out["mail_25"] = tls("{MAIL}", 25)
+out["mail_993"] = tls("{MAIL}", 993)
+print(json.dumps(out))
+"""
+    r = cage.service.exec_capture(cage.name, ["python3", "-c", probe], timeout=60)
+    assert r.returncode == 0, r
+    out = json.loads(r.stdout)
+    assert out["mail_993"].startswith("* OK"), out  # the control
+    assert out["other_name_993"].startswith("SSL") or out["other_name_993"] in (
+        "ConnectionResetError", "ConnectionAbortedError"), out
+    assert out["mail_143"] in ("TimeoutError", "timeout", "ConnectionRefusedError"), out
+    assert out["mail_25"] in ("TimeoutError", "timeout", "ConnectionRefusedError"), out
+    assert not world.sink_records(port=25)
+    refused = [rec for rec in relay_records(cage) if rec["decision"] == "blocked"
+               and "no mail relay for api.example.test" in rec["reason"]]
+    assert refused, relay_records(cage)[-3:]
+    web = cage.sh(f"curl -sS -m 10 --noproxy '*' https://{MAIL}/")
+    assert '"blocked": true' in web.stdout, web
+    assert not any(q["host"] == MAIL for q in world.http_requests())
