@@ -54,6 +54,39 @@ def imap(spec, step, password):
     return result
 
 
+def imap_raw(spec, step, password):
+    """IMAP as imaplib never writes it: LOGIN with both strings as synchronizing literals,
+    then AUTHENTICATE PLAIN with its answer on the command's line (SASL-IR)."""
+    import base64
+    import socket
+
+    sock = socket.create_connection((spec["host"], 993), timeout=30)
+    conn = context(spec).wrap_socket(sock, server_hostname=spec["host"])
+    reader = conn.makefile("rb")
+    result = {"greeting": text(reader.readline())}
+
+    def until(tag):
+        while True:
+            line = reader.readline()
+            if not line or line.startswith(tag + b" "):
+                return text(line)
+
+    user = spec["user"].encode()
+    conn.sendall(b"L1 LOGIN {%d}\r\n" % len(user))
+    result["first_go_ahead"] = text(reader.readline())
+    conn.sendall(user + b" {%d}\r\n" % len(password.encode()))
+    result["second_go_ahead"] = text(reader.readline())
+    conn.sendall(password.encode() + b"\r\n")
+    result["login"] = until(b"L1")
+    answer = base64.b64encode(b"\0" + user + b"\0" + password.encode())
+    conn.sendall(b"L2 AUTHENTICATE PLAIN " + answer + b"\r\n")
+    result["authenticate"] = until(b"L2")
+    conn.sendall(b"L3 LOGOUT\r\n")
+    until(b"L3")
+    conn.close()
+    return result
+
+
 def smtp(spec, step, password):
     port = step["smtp"]
     if port == 465:
@@ -65,7 +98,12 @@ def smtp(spec, step, password):
     try:
         conn.ehlo()
         result["features"] = sorted(conn.esmtp_features)
-        result["login"] = text(conn.login(spec["user"], password))
+        if step.get("mechanism") == "LOGIN":  # AUTH LOGIN, with or without its first answer
+            conn.user, conn.password = spec["user"], password
+            result["login"] = text(conn.auth("LOGIN", conn.auth_login,
+                                             initial_response_ok=step.get("ir", True)))
+        else:
+            result["login"] = text(conn.login(spec["user"], password))
         if "message" in step:
             refused = conn.sendmail(spec["user"], [step.get("to", spec["user"])],
                                     step["message"].encode())
@@ -85,8 +123,11 @@ def main():
     results = []
     for step in spec["steps"]:
         try:
-            results.append(imap(spec, step, password) if "imap" in step
-                           else smtp(spec, step, password))
+            if "imap_raw" in step:
+                results.append(imap_raw(spec, step, password))
+            else:
+                results.append(imap(spec, step, password) if "imap" in step
+                               else smtp(spec, step, password))
         except Exception as e:
             results.append({"error": f"{type(e).__name__}: {text(str(e))}"})
     print(json.dumps(results))

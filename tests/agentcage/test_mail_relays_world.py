@@ -33,6 +33,9 @@ relays:
 secret_injection:
   - env: {OTHER}
     inject_to: [api.example.test]
+inspectors:
+  - name: "tests.agentcage.inspectors_for_tests:factory"
+    config: {{trigger: "/explode", body_trigger: "EXPLODE-IN-MAIL"}}
 """
 # a provider's key, planted where the agent could read it (Anthropic's format: allowed only
 # toward Anthropic's own hosts)
@@ -197,3 +200,74 @@ print(json.dumps(out))
     web = cage.sh(f"curl -sS -m 10 --noproxy '*' https://{MAIL}/")
     assert '"blocked": true' in web.stdout, web
     assert not any(q["host"] == MAIL for q in world.http_requests())
+
+
+def test_literal_logins_sasl_ir_and_auth_login_are_swapped_too(cage, world):
+    """The ways of logging in imaplib and smtplib.login do not take: IMAP LOGIN with both
+    strings as literals, AUTHENTICATE PLAIN with its answer on the command's line, SMTP AUTH
+    LOGIN with and without its first answer."""
+    token = placeholder(cage)
+    before = len(logins(world))
+    raw, smtps_login, submission_login = mail(cage, [
+        {"imap_raw": True}, {"smtp": 465, "mechanism": "LOGIN"},
+        {"smtp": 587, "mechanism": "LOGIN", "ir": False}])
+    assert raw["first_go_ahead"].startswith("+") and raw["second_go_ahead"].startswith("+")
+    assert raw["login"].startswith("L1 OK") and token in raw["login"], raw
+    assert raw["authenticate"].startswith("L2 OK"), raw
+    assert smtps_login["login"][0] == 235 and submission_login["login"][0] == 235
+    seen = logins(world)[before:]
+    assert [(r["proto"], r["mechanism"]) for r in seen] == [
+        ("imaps", "LOGIN"), ("imaps", "AUTHENTICATE PLAIN"), ("smtps", "AUTH LOGIN"),
+        ("smtp", "AUTH LOGIN")], seen
+    assert all(r["ok"] and r["password"] == VALUE for r in seen), seen
+
+
+def test_an_inspector_that_fails_on_a_message_blocks_it(cage, world):
+    """Fail closed: the custom inspector raises on this message; the chain makes that a
+    block, and the relay ends the connection. The control: test_a_planted_key's clean
+    message, through the same chain."""
+    marker = "EXPLODE-IN-MAIL " + secrets.token_hex(6)
+    failed, = mail(cage, [{"smtp": 465, "message": f"Subject: x\r\n\r\n{marker}\r\n"}])
+    assert "554" in failed["error"] and "exploding" in failed["error"], failed
+    assert not world.received(marker)
+    broken = [r for r in relay_records(cage) if r["by"] == "exploding"]
+    assert broken and broken[-1]["decision"] == "blocked"
+    assert broken[-1]["inspectors"][-1]["severity"] == "error"
+
+
+def test_the_relays_placeholder_is_no_http_credential(cage, world):
+    """The mail password's placeholder toward an HTTP host the cage may reach: refused, and
+    nothing of the password is sent (the relay's secret has no HTTP rule)."""
+    token = placeholder(cage)
+    r = cage.sh(f"curl -sS -m 10 --noproxy '*' -H 'Authorization: Bearer {token}' "
+                "https://api.example.test/mail-placeholder")
+    assert '"blocked": true' in r.stdout and "secrets" in r.stdout, r
+    assert not any("/mail-placeholder" in q["path"] for q in world.http_requests())
+    assert not any(VALUE.encode() in r.data for r in world.sink_records()
+                   if r.proto in ("tls", "tcp"))  # by HTTP(S): never
+    # the control: an ordinary request to that host goes through
+    ok = cage.sh("curl -sS -m 10 --noproxy '*' https://api.example.test/plain")
+    assert '"path": "/plain"' in ok.stdout, ok
+
+
+@pytest.fixture(scope="module")
+def untrusted(world):
+    """A cage whose upstream bundle lacks the fake internet's CA: the mail server is then an
+    impostor to its gateway."""
+    gen = start_cage(world, "mail-untrusted", [], extra=EXTRA, trust_test_ca=False)
+    handle = next(gen)
+    try:
+        assert handle.service.secret_set(handle.name, ENV, VALUE.encode())["applied"]
+        yield handle
+    finally:
+        gen.close()
+
+
+def test_a_server_whose_certificate_the_gateway_does_not_trust_gets_nothing(untrusted, world):
+    before = len(world.mail_records())
+    imap_result, smtp_result = mail(untrusted, [{"imap": "login"}, {"smtp": 465}])
+    assert "error" in imap_result and "error" in smtp_result
+    assert world.mail_records()[before:] == []  # no login, no message reached it
+    blocked = [r for r in relay_records(untrusted) if r["decision"] == "blocked"]
+    assert len(blocked) == 2 and all("CERTIFICATE_VERIFY_FAILED" in r["reason"]
+                                     for r in blocked), blocked
