@@ -11,11 +11,14 @@ import base64
 import json
 import os
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.agentcage.conftest import World, needs_root, start_cage
+from tests.agentcage.conftest import AGENT_UID, World, needs_root, start_cage
+from tests.agentcage.hosted import AsUser, open_to_users
 
 pytestmark = pytest.mark.netns
 
@@ -271,3 +274,49 @@ def test_a_server_whose_certificate_the_gateway_does_not_trust_gets_nothing(untr
     blocked = [r for r in relay_records(untrusted) if r["decision"] == "blocked"]
     assert len(blocked) == 2 and all("CERTIFICATE_VERIFY_FAILED" in r["reason"]
                                      for r in blocked), blocked
+
+
+def test_a_rootless_cages_relay_logs_in_with_the_placeholder(world):
+    """The same relay in a cage an ordinary user made (uid 1000, its uplink slirp4netns), on a
+    host played by a namespace: the server gets the real password, the cage never does."""
+    from fakenet import FakeHost
+
+    home = Path(tempfile.mkdtemp(prefix="agentcage-mail-rootless-"))
+    os.chmod(home, 0o755)
+    try:
+        with FakeHost(world.internet) as host:
+            open_to_users(host)
+            user = AsUser(host, home, AGENT_UID, world.internet)
+            try:
+                (home / "mail.yaml").write_text(
+                    "name: rl-mail\ncontainer: {limits: none}\n"
+                    "domains: {mode: allowlist, allow: []}\n"
+                    f"relays: [{{host: {MAIL}, ports: [465], secret: {ENV}}}]\n"
+                    "gateway: {trusted_networks: [10.200.0.0/16], upstream_ca_files: "
+                    f"['{user.ca_path}']}}\n")
+                project = home / "project"
+                project.mkdir()
+                os.chown(project, AGENT_UID, AGENT_UID)
+                r = user("cage", "create", "-c", "mail.yaml", "--project", str(project))
+                assert r.returncode == 0, r.stderr
+                r = user("secret", "set", "rl-mail", ENV, stdin=VALUE + "\n")
+                assert r.returncode == 0, r.stderr
+                before = len(logins(world))
+                body = "Subject: rootless\r\n\r\nfrom a user's cage\r\n"
+                spec = {"host": MAIL, "user": USER, "password_env": ENV,
+                        "steps": [{"smtp": 465, "message": body}]}
+                r = user("exec", "rl-mail", "--", "python3", "-c", CLIENT, json.dumps(spec),
+                         timeout=120)
+                assert r.returncode == 0, r.stderr
+                assert VALUE not in r.stdout + r.stderr
+                [sent] = json.loads(r.stdout)
+                assert sent["login"][0] == 235 and sent["sent"], sent
+                token = user("exec", "rl-mail", "--", "sh", "-c", f'printf %s "${ENV}"').stdout
+                assert token.startswith(f"agentcage:secret:{ENV}:") and token in sent["login"][1]
+                [login] = logins(world)[before:]
+                assert login["ok"] and login["password"] == VALUE, login
+            finally:
+                user.destroy_all()
+                user("prune", "-y")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
