@@ -140,12 +140,17 @@ def test_imaplib_and_smtplib_log_in_with_the_placeholder_and_the_server_gets_the
 def test_a_planted_key_in_an_outgoing_message_is_blocked_and_audited(cage, world):
     clean = "Subject: notes\r\n\r\nnothing secret here " + secrets.token_hex(4) + "\r\n"
     leaking = f"Subject: notes\r\n\r\nthe key: {KEY}\r\n"
-    control, smtp_blocked, imap_blocked = mail(cage, [
+    # the relay's own placeholder belongs in the login alone
+    spending = f"Subject: notes\r\n\r\nthe password: {placeholder(cage)}\r\n"
+    control, smtp_blocked, imap_blocked, placeholder_blocked = mail(cage, [
         {"smtp": 465, "message": clean}, {"smtp": 587, "message": leaking},
-        {"imap": "login", "append": leaking}])
+        {"imap": "login", "append": leaking}, {"smtp": 465, "message": spending}])
     assert control["sent"] and world.received(clean.split("\r\n\r\n")[1].strip())
     assert "554" in smtp_blocked["error"] and "blocked by secrets" in smtp_blocked["error"]
     assert "error" in imap_blocked
+    assert "554" in placeholder_blocked["error"] and f"placeholder of {ENV}" in \
+        placeholder_blocked["error"], placeholder_blocked
+    assert not world.received("the password: ")
     assert not world.received(KEY) and not world.received(KEY[-40:])
     blocked = [r for r in relay_records(cage) if r["decision"] == "blocked"]
     assert {r["method"] if r["method"] else r["protocol"] for r in blocked} >= {"submission",
