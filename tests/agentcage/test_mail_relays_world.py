@@ -68,8 +68,12 @@ def cage(world):
         gen.close()
 
 
-def mail(cage, steps: list[dict], password_env: str = ENV, host: str = MAIL) -> list[dict]:
-    spec = {"host": host, "user": USER, "password_env": password_env, "steps": steps}
+def mail(cage, steps: list[dict], password_env: str = ENV, host: str = MAIL,
+         password: str | None = None) -> list[dict]:
+    """The mail client's results; it logs in with $password_env, or `password` as given."""
+    spec: dict = {"host": host, "user": USER, "steps": steps}
+    spec.update({"password": password} if password is not None
+                else {"password_env": password_env})
     r = cage.service.exec_capture(cage.name, ["python3", "-c", CLIENT, json.dumps(spec)],
                                   timeout=180)
     assert r.returncode == 0, r
@@ -325,3 +329,22 @@ def test_a_rootless_cages_relay_logs_in_with_the_placeholder(world):
                 user("prune", "-y")
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_zz_after_a_rotation_the_old_placeholder_logs_in_nowhere_and_the_new_one_does(
+        cage, world):
+    """Last: it changes the cage's placeholder. The relays swap with the secrets the gateway
+    reloaded (its SIGHUP), as the proxy does."""
+    old = placeholder(cage)
+    result = cage.service.secret_rotate(cage.name, [ENV])
+    assert result["applied"]
+    new = placeholder(cage)
+    assert new != old
+    before = len(logins(world))
+    stale, = mail(cage, [{"smtp": 465}], password=old)
+    fresh, = mail(cage, [{"smtp": 465}])
+    assert "535" in stale["error"] and fresh["login"][0] == 235
+    *stale_logins, fresh_login = logins(world)[before:]  # smtplib tries PLAIN, then LOGIN
+    assert stale_logins and all(r["password"] == old and not r["ok"]  # an inert string
+                                for r in stale_logins), stale_logins
+    assert fresh_login["password"] == VALUE and fresh_login["ok"]
