@@ -132,6 +132,9 @@ def test_imaplib_and_smtplib_log_in_with_the_placeholder_and_the_server_gets_the
     sent = [r for r in records if r["reason"] == "message"]
     assert sent and all(r["bytes"] == len(body) and r["rcpt_to"] == [USER]
                         for r in sent[-2:]), sent
+    appended = [r for r in records if r["method"] == "APPEND"]
+    assert appended and appended[-1]["path"].endswith(" APPEND INBOX"), appended
+    assert appended[-1]["bytes"] > len(body)  # the command with its literal
     closed = [r for r in records if r["reason"] == "closed"]
     assert len(closed) >= 4 and all(r["decision"] == "allowed" for r in closed)
     assert any(r["secrets_redacted"] == [ENV] for r in closed)

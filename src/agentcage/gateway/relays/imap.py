@@ -281,9 +281,11 @@ class CageSide:
         inspectors = conv.judge(command.name, wire)
         if command.name == "APPEND":
             conv.messages += 1
+        # the command as sent, but of APPEND only its mailbox: never a message
+        shown = b" ".join(command.words[:3]) if command.name == "APPEND" else command.texts[0]
         conv.record("allowed", command.name, method=command.name,
-                    path=command.texts[0].decode("utf-8", "replace")[:512],
-                    inspectors=inspectors, bytes=len(wire))
+                    path=shown.decode("utf-8", "replace")[:512], inspectors=inspectors,
+                    bytes=len(wire))
         if not await self.send(command) or command.name != "IDLE":
             return
         if await self.server.turn(command.tag, forward=True):  # "+ idling", passed on

@@ -90,7 +90,7 @@ class MailRelays:
         try:
             if kind.tls == "starttls":
                 await smtp.starttls_front(cage, limits)
-            host = await self._tls_from_cage(cage, hosts)
+            host = await self._tls_from_cage(cage, hosts, limits)
             self._record("allowed", f"{kind.name} relay to {host}", host, port, kind, peer)
             server = End("server", *await self._dial(host, port))
             async with asyncio.timeout(limits.handshake_seconds):
@@ -131,11 +131,12 @@ class MailRelays:
                 secrets_redacted=tuple(sorted(conv.redacted)) if conv else (),
                 extra={"protocol": kind.name, "peer": peer, **totals}))
 
-    async def _tls_from_cage(self, cage: End, hosts: dict[str, RelaySettings]) -> str:
+    async def _tls_from_cage(self, cage: End, hosts: dict[str, RelaySettings],
+                             limits: Limits) -> str:
         """The cage's TLS handshake, ended by the gateway; the relay host it named."""
         context, seen = self.tls.for_cage(tuple(hosts))
         try:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(limits.handshake_seconds):
                 await cage.writer.start_tls(context)
         except (OSError, TimeoutError) as e:
             if "asked" in seen and "host" not in seen:
