@@ -334,6 +334,32 @@ def test_a_rootless_cages_relay_logs_in_with_the_placeholder(world):
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_a_command_sent_with_starttls_is_never_read_as_if_it_came_through_tls(cage, world):
+    """The STARTTLS injection: plaintext after STARTTLS, in the same packet, would be read as
+    the first command inside TLS by a relay that kept it. Here the connection ends before any
+    TLS; the control is smtplib's STARTTLS on 587 in the first test."""
+    probe = f"""
+import socket
+s = socket.create_connection(("{MAIL}", 587), timeout=10)
+f = s.makefile("rb")
+f.readline()
+s.sendall(b"EHLO cage\\r\\n")
+while f.readline()[3:4] == b"-":
+    pass
+s.sendall(b"STARTTLS\\r\\nMAIL FROM:<injected@example.test>\\r\\n")
+print(f.readline().decode().strip())
+print(repr(f.read()))
+"""
+    r = cage.service.exec_capture(cage.name, ["python3", "-c", probe], timeout=60)
+    assert r.returncode == 0, r
+    ready, rest = r.stdout.splitlines()
+    assert ready.startswith("220") and rest == "b''", r.stdout  # then closed, nothing more
+    refused = [rec for rec in relay_records(cage)
+               if "sent data before TLS began" in rec["reason"]]
+    assert refused and refused[-1]["decision"] == "blocked", relay_records(cage)[-3:]
+    assert not world.received("injected@example.test")
+
+
 def test_zz_after_a_rotation_the_old_placeholder_logs_in_nowhere_and_the_new_one_does(
         cage, world):
     """Last: it changes the cage's placeholder. The relays swap with the secrets the gateway

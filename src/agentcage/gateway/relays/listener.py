@@ -93,10 +93,10 @@ class MailRelays:
             host = await self._tls_from_cage(cage, hosts, limits)
             self._record("allowed", f"{kind.name} relay to {host}", host, port, kind, peer)
             server = End("server", *await self._dial(host, port))
-            async with asyncio.timeout(limits.handshake_seconds):
-                if kind.tls == "implicit":
-                    await server.writer.start_tls(self.tls.upstream, server_hostname=host)
-            if kind.tls == "starttls":
+            if kind.tls == "implicit":
+                await server.start_tls(self.tls.upstream, server_side=False,
+                                       server_hostname=host, timeout=limits.handshake_seconds)
+            else:
                 await smtp.upstream_starttls(server, host, self.tls.upstream, limits)
             conv = Conversation(hosts[host], port, kind, cage, server, self.armour, self.policy,
                                 self.audit, peer, limits)
@@ -136,9 +136,8 @@ class MailRelays:
         """The cage's TLS handshake, ended by the gateway; the relay host it named."""
         context, seen = self.tls.for_cage(tuple(hosts))
         try:
-            async with asyncio.timeout(limits.handshake_seconds):
-                await cage.writer.start_tls(context)
-        except (OSError, TimeoutError) as e:
+            await cage.start_tls(context, server_side=True, timeout=limits.handshake_seconds)
+        except (OSError, RelayError) as e:
             if "asked" in seen and "host" not in seen:
                 raise Refused(f"no mail relay for {seen['asked'] or 'a nameless TLS request'} "
                               "on this port", "relay") from None

@@ -11,7 +11,6 @@ cannot be swapped are not passed: the EHLO answer names only what the relay rela
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 
 from agentcage.gateway.relays.settings import protocols
@@ -81,8 +80,8 @@ async def upstream_starttls(server: End, host: str, context: ssl.SSLContext,
     code, lines = await read_reply(server, limits.reply_seconds)
     if code != 220:
         raise RelayError(f"the server refused STARTTLS: {_text(lines[0])}")
-    async with asyncio.timeout(limits.handshake_seconds):
-        await server.writer.start_tls(context, server_hostname=host)
+    await server.start_tls(context, server_side=False, server_hostname=host,
+                           timeout=limits.handshake_seconds)
 
 
 def shown_ehlo(lines: list[bytes]) -> bytes:
@@ -197,19 +196,12 @@ async def _data(conv: Conversation, envelope: dict[str, list[str]]) -> None:
     await conv.to_cage(b"".join(lines))
     if code != 354:
         return
-    message = bytearray()
-    while True:
-        line = await conv.cage.line(limits.idle_seconds)
-        if not line:
-            raise RelayError("the cage closed in the middle of a message")
-        if line in (b".\r\n", b".\n"):
-            break
-        message += line
-        if len(message) > limits.message_bytes:
-            await conv.cage.send(b"552 5.3.4 agentcage: message over the relay's limit\r\n")
-            raise Refused(f"a message over {limits.message_bytes} bytes", "body-size")
+    message = await conv.cage.until_line(b".\r\n", limits.idle_seconds, limits.message_bytes)
+    if message is None:
+        await conv.cage.send(b"552 5.3.4 agentcage: message over the relay's limit\r\n")
+        raise Refused(f"a message over {limits.message_bytes} bytes", "body-size")
     try:
-        inspectors = conv.judge("DATA", bytes(message))
+        inspectors = conv.judge("DATA", message)
     except Refused as refused:
         await conv.cage.send(b"554 5.7.1 agentcage: blocked by " + refused.by.encode()
                              + b": " + _text(str(refused)).encode()[:400] + b"\r\n")
@@ -217,7 +209,7 @@ async def _data(conv: Conversation, envelope: dict[str, list[str]]) -> None:
     conv.messages += 1
     conv.record("allowed", "message", method="DATA", inspectors=inspectors,
                 bytes=len(message), mail_from=envelope["from"], rcpt_to=envelope["to"])
-    await conv.server.send(bytes(message) + b".\r\n")
+    await conv.server.send(message + b".\r\n")
     code, lines = await read_reply(conv.server, limits.reply_seconds)
     await conv.to_cage(b"".join(lines))
 

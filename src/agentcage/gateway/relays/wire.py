@@ -9,6 +9,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import ssl
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -51,42 +52,142 @@ class Limits:
 
 
 class End:
-    """One side of the connection (the cage's or the server's), with the bytes it sent."""
+    """One side of the connection (the cage's or the server's): its bytes read into a buffer
+    of the relay's own, and its TLS done here, over memory (an SSLObject), not by asyncio.
+    So TLS begins exactly where the protocol says: a byte that came before it (a plaintext
+    command after STARTTLS: the classic injection) is refused, never read as if it had come
+    through TLS; and a message is found in the buffer, not read a line at a time."""
+
+    CHUNK = 64 * 1024
 
     def __init__(self, name: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.name, self.reader, self.writer = name, reader, writer
+        self.name, self._reader, self.writer = name, reader, writer
+        self._buffer = bytearray()  # what this side sent (decrypted), not yet taken
+        self._tls: ssl.SSLObject | None = None
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.received = 0  # bytes read from this side
         self.sent = 0  # bytes written to it
 
+    async def start_tls(self, context: ssl.SSLContext, *, server_side: bool, timeout: float,
+                        server_hostname: str | None = None) -> None:
+        """TLS from here on (its handshake done within `timeout`). Refused when this side
+        already sent more than the protocol allowed before it."""
+        if self._buffer:
+            raise RelayError(f"the {self.name} sent data before TLS began")
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side,
+                                     server_hostname=server_hostname)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    try:
+                        self._tls.do_handshake()
+                        break
+                    except ssl.SSLWantReadError:
+                        await self._flush()
+                        if not await self._feed():
+                            raise RelayError(f"the {self.name} closed during the TLS "
+                                             "handshake") from None
+                    except ssl.SSLError:
+                        with contextlib.suppress(OSError):
+                            await self._flush()  # the alert that says why
+                        raise
+        except TimeoutError:
+            raise RelayError(f"no TLS handshake with the {self.name} within {timeout:g} s") \
+                from None
+        await self._flush()
+
+    async def _feed(self) -> bool:
+        """Raw bytes from the socket into TLS; False at its end."""
+        data = await self._reader.read(self.CHUNK)
+        if not data:
+            self._incoming.write_eof()
+            return False
+        self._incoming.write(data)
+        return True
+
+    async def _flush(self) -> None:
+        if self._outgoing.pending:
+            self.writer.write(self._outgoing.read())
+            await self.writer.drain()
+
+    async def _fill(self) -> bool:
+        """More of what this side sent into the buffer; False at its end."""
+        if self._tls is None:
+            data = await self._reader.read(self.CHUNK)
+        else:
+            while True:
+                try:
+                    data = self._tls.read(self.CHUNK)
+                    break
+                except ssl.SSLWantReadError:
+                    await self._flush()  # what TLS itself has to say (a key update)
+                    if not await self._feed():
+                        return False
+                except ssl.SSLZeroReturnError:
+                    return False
+            await self._flush()
+        self._buffer += data
+        self.received += len(data)
+        return bool(data)
+
+    async def _more(self, timeout: float, what: str) -> bool:
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._fill()
+        except TimeoutError:
+            raise RelayError(f"the {self.name} was silent for {timeout:g} s") from None
+        except ssl.SSLError as e:
+            raise RelayError(f"TLS with the {self.name} failed in {what}: "
+                             f"{e.reason or e}") from None
+
+    def _take(self, end: int, skip: int | None = None) -> bytes:
+        data = bytes(self._buffer[:end])
+        del self._buffer[: end if skip is None else skip]
+        return data
+
     async def line(self, timeout: float) -> bytes:
         """One line, its end included; b"" when the side closed between lines."""
-        try:
-            async with asyncio.timeout(timeout):
-                data = await self.reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as e:
-            if e.partial:
-                raise RelayError(f"the {self.name} closed in the middle of a line") from None
-            return b""
-        except asyncio.LimitOverrunError:
-            raise RelayError(f"a line from the {self.name} over {LINE_LIMIT} bytes") from None
-        except TimeoutError:
-            raise RelayError(f"the {self.name} was silent for {timeout:g} s") from None
-        self.received += len(data)
-        return data
+        scan = 0
+        while (found := self._buffer.find(b"\n", scan)) < 0:
+            if len(self._buffer) > LINE_LIMIT:
+                raise RelayError(f"a line from the {self.name} over {LINE_LIMIT} bytes")
+            scan = len(self._buffer)
+            if not await self._more(timeout, "a line"):
+                if self._buffer:
+                    raise RelayError(f"the {self.name} closed in the middle of a line")
+                return b""
+        return self._take(found + 1)
 
     async def exactly(self, size: int, timeout: float) -> bytes:
-        try:
-            async with asyncio.timeout(timeout):
-                data = await self.reader.readexactly(size)
-        except asyncio.IncompleteReadError:
-            raise RelayError(f"the {self.name} closed in the middle of a literal") from None
-        except TimeoutError:
-            raise RelayError(f"the {self.name} was silent for {timeout:g} s") from None
-        self.received += len(data)
-        return data
+        while len(self._buffer) < size:
+            if not await self._more(timeout, "a literal"):
+                raise RelayError(f"the {self.name} closed in the middle of a literal")
+        return self._take(size)
+
+    async def until_line(self, marker: bytes, timeout: float, limit: int) -> bytes | None:
+        """Everything before the first line that is exactly `marker` (taken too: SMTP's
+        end of data, ".\r\n"); None once more than `limit` bytes came without it."""
+        scan = 0
+        while True:
+            if self._buffer.startswith(marker):
+                return self._take(0, len(marker))
+            found = self._buffer.find(b"\n" + marker, scan)
+            if found >= 0:
+                return self._take(found + 1, found + 1 + len(marker))
+            if len(self._buffer) > limit:
+                return None
+            scan = max(0, len(self._buffer) - len(marker))
+            if not await self._more(timeout, "a message"):
+                raise RelayError(f"the {self.name} closed in the middle of a message")
 
     async def send(self, data: bytes) -> None:
-        self.writer.write(data)
+        if self._tls is None:
+            self.writer.write(data)
+        else:
+            view = memoryview(data)
+            while view:
+                view = view[self._tls.write(view):]
+            self.writer.write(self._outgoing.read())
         await self.writer.drain()
         self.sent += len(data)
 
