@@ -194,3 +194,14 @@ def test_the_cage_gets_a_certificate_of_its_ca_for_the_host_it_names_and_no_othe
         assert got == "hello\n"
         got, seen = asyncio.run(handshake(None))
         assert got != "hello\n" and "host" not in seen
+
+
+def test_a_cage_with_relays_is_not_exported_to_a_pod():
+    import dataclasses
+
+    from agentcage.kube.export import check_exportable
+
+    spec = dataclasses.replace(load_config_text(BASE + RELAY).spec(), image="debian:stable")
+    with pytest.raises(ConfigError, match="relays are not exported to a pod yet"):
+        check_exportable(spec)
+    check_exportable(dataclasses.replace(load_config_text(BASE).spec(), image="debian:stable"))
