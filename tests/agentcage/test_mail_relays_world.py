@@ -50,7 +50,8 @@ def world():
     needs_root()
     from fakenet import FakeInternet
 
-    with FakeInternet(extra_names={MAIL: None}, catch_all=False) as internet:
+    with FakeInternet(extra_names={MAIL: None, "key.example.test": None},
+                      catch_all=False) as internet:
         internet.set_mail_account(USER, VALUE)
         yield World(internet, internet.add_client().netns)
 
@@ -377,3 +378,40 @@ def test_zz_after_a_rotation_the_old_placeholder_logs_in_nowhere_and_the_new_one
     assert stale_logins and all(r["password"] == old and not r["ok"]  # an inert string
                                 for r in stale_logins), stale_logins
     assert fresh_login["password"] == VALUE and fresh_login["ok"]
+
+
+@pytest.fixture
+def watched(world):
+    """A cage whose watcher quarantines it at its first finding."""
+    extra = EXTRA + ("policy_api:\n  grantable: [key.example.test]\n"
+                     "watcher: {escalate_after: 1, quarantine_seconds: 3600}\n")
+    gen = start_cage(world, "mailwatch", ["api.example.test"], extra=extra)
+    handle = next(gen)
+    try:
+        assert handle.service.secret_set(handle.name, ENV, VALUE.encode())["applied"]
+        yield handle
+    finally:
+        gen.close()
+
+
+def test_a_quarantined_cage_sends_no_mail_until_the_operator_releases_it(watched, world):
+    from tests.agentcage.test_watcher_world import TOKEN, grant, operator, traffic, wait_for
+
+    body = "Subject: notes\r\n\r\nall quiet " + secrets.token_hex(4) + "\r\n"
+    [before] = mail(watched, [{"smtp": 465, "message": body}])  # the control: it goes
+    assert before["sent"], before
+    grant(watched, "key.example.test")
+    traffic(watched, "split", "key.example.test", TOKEN, 10)  # a finding: quarantine
+    assert wait_for(lambda: "QUARANTINED" in operator(
+        watched, "watcher", "status", watched.name).stdout, 10)
+    sent_before = len([r for r in world.mail_records() if r["event"] == "message"])
+    spec = json.dumps({"host": MAIL, "user": USER, "password_env": ENV,
+                       "steps": [{"smtp": 465, "message": body}, {"imap": "login"}]})
+    r = watched.service.exec_capture(watched.name, ["python3", "-c", CLIENT, spec], timeout=180)
+    assert '"sent": true' not in r.stdout and '"OK"' not in r.stdout, r.stdout
+    assert len([r for r in world.mail_records() if r["event"] == "message"]) == sent_before
+    shut = [rec for rec in relay_records(watched) if "quarantined" in rec["reason"]]
+    assert shut and all(rec["decision"] == "blocked" for rec in shut), relay_records(watched)
+    assert operator(watched, "watcher", "release", watched.name).returncode == 0
+    [after] = mail(watched, [{"smtp": 465, "message": body}])  # released: it goes again
+    assert after["sent"], after

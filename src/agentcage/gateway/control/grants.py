@@ -504,5 +504,6 @@ def _quarantined(policy: Policy, watcher: Any) -> Policy:
         return policy
     if policy.mode == "allowlist":
         kept = [r for r in policy.allow.rules if watcher.is_model_host(r.pattern.name)]
-        return Policy(mode="allowlist", allow=DomainMatcher(kept), block=policy.block)
+        return Policy(mode="allowlist", allow=DomainMatcher(kept), block=policy.block,
+                      quarantined=True)
     return Policy.deny_all("quarantined by the watcher")

@@ -27,6 +27,7 @@ from agentcage.gateway.relays.wire import (
     Limits,
     Refused,
     RelayError,
+    shut,
 )
 from agentcage.gateway.upstream import UpstreamConnector
 from agentcage.policy import Policy
@@ -91,6 +92,9 @@ class MailRelays:
             if kind.tls == "starttls":
                 await smtp.starttls_front(cage, limits)
             host = await self._tls_from_cage(cage, hosts, limits)
+            why = shut(self.policy())
+            if why is not None:
+                raise Refused(why, "policy")
             self._record("allowed", f"{kind.name} relay to {host}", host, port, kind, peer)
             server = End("server", *await self._dial(host, port))
             if kind.tls == "implicit":

@@ -196,6 +196,18 @@ class End:
             self.writer.close()
 
 
+def shut(policy: Policy) -> str | None:
+    """Why nothing may go to a mail server now, or None. The relays' hosts are cage.yaml's
+    `relays`, not the allowlist, but what narrows the whole cage narrows them too: a policy
+    that blocks all (domains.json unreadable) and the watcher's quarantine, which leaves the
+    model's hosts alone reachable (a mail host is never one)."""
+    if policy.deny_reason is not None:
+        return policy.deny_reason
+    if policy.quarantined:
+        return "quarantined by the watcher"
+    return None
+
+
 class Conversation:
     """What passes between the cage and one mail server, for the protocol in charge of it."""
 
@@ -230,7 +242,11 @@ class Conversation:
 
     def judge(self, method: str, data: bytes) -> tuple[dict[str, str], ...]:
         """The inspectors' decisions on `data`, which the cage sends the server (a command, a
-        message): their body phase, as on an HTTP body toward this host. Refused on a block."""
+        message): their body phase, as on an HTTP body toward this host. Refused on a block,
+        and while the cage's policy refuses everything (see `shut`)."""
+        why = shut(self._policy())
+        if why is not None:
+            raise Refused(f"{method}: {why}", "policy")
         view = RequestView(method=method, scheme=self.kind.protocol, host=self.host,
                            port=self.port, path="", body=data)
         decisions = run_chain(self._armour().chain, view,
