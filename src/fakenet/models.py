@@ -37,12 +37,12 @@ from fakenet.httpparse import HttpRequest
 ANTHROPIC_PATH = "/v1/messages"
 OPENAI_PATH = "/v1/responses"
 CHAT_PATHS = ("/api/v1/chat/completions", "/v1/chat/completions")  # OpenRouter's, OpenAI's
-# The Messages API's shell tools, by the name each agent declares: Claude Code's, pi's. The call
-# names the one the request declared.
-ANTHROPIC_SHELLS = ("Bash", "bash")
+# The Messages API's shell tools, by the name each agent declares: Claude Code's, pi's,
+# OpenClaw's (`exec` {command}). The call names the one the request declared.
+ANTHROPIC_SHELLS = ("Bash", "bash", "exec")
 # The Responses API's shell tools, by name, with the argument each takes its command in:
-# Codex's, pi's.
-OPENAI_SHELLS = {"exec_command": "cmd", "bash": "command"}
+# Codex's, pi's, OpenClaw's.
+OPENAI_SHELLS = {"exec_command": "cmd", "bash": "command", "exec": "command"}
 HELLO_PATHS = ("/api/hello", "/v1/oauth/hello")  # 200: "the service answers"
 NONE_PATHS = ("/api/claude_code/settings", "/api/claude_code/policy_limits")  # 404: none
 
