@@ -43,6 +43,7 @@ ANTHROPIC_SHELLS = ("Bash", "bash", "exec")
 # The Responses API's shell tools, by name, with the argument each takes its command in:
 # Codex's, pi's, OpenClaw's.
 OPENAI_SHELLS = {"exec_command": "cmd", "bash": "command", "exec": "command"}
+_CALL_PREFIX = "call_fake"  # a Responses call's id: this, then the number of its step
 HELLO_PATHS = ("/api/hello", "/v1/oauth/hello")  # 200: "the service answers"
 NONE_PATHS = ("/api/claude_code/settings", "/api/claude_code/policy_limits")  # 404: none
 
@@ -198,7 +199,18 @@ def _openai_results(body: dict[str, Any]) -> int:
     items = body.get("input")
     if not isinstance(items, list):
         return 0
-    return sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output")
+    outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    return max(len(outputs), _openai_answered_steps(outputs))
+
+
+def _openai_answered_steps(outputs: list[dict[str, Any]]) -> int:
+    """The steps answered, read from the step numbers of the calls the outputs answer. A
+    client that keeps its conversation on the server (OpenClaw: `store` and
+    `previous_response_id`) sends only the newest output, so counting them is not enough."""
+    steps = [int(call[len(_CALL_PREFIX):]) + 1 for call in (o.get("call_id") for o in outputs)
+             if isinstance(call, str) and call.startswith(_CALL_PREFIX)
+             and call[len(_CALL_PREFIX):].isdigit()]
+    return max(steps, default=0)
 
 
 # ---- Anthropic Messages --------------------------------------------------------------------
@@ -247,7 +259,7 @@ def _anthropic_events(step: dict[str, str], index: int,
 def _openai_item(step: dict[str, str], index: int, shell: str) -> dict[str, Any]:
     if "shell" in step:
         return {"type": "function_call", "id": f"fc_fake{index:04d}",
-                "call_id": f"call_fake{index:04d}", "name": shell,
+                "call_id": f"{_CALL_PREFIX}{index:04d}", "name": shell,
                 "arguments": json.dumps({OPENAI_SHELLS[shell]: step["shell"]}),
                 "status": "completed"}
     return {"type": "message", "id": f"msg_fake{index:04d}", "role": "assistant",

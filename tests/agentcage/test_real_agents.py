@@ -9,6 +9,7 @@ API host. The agent must run, the provider must get the real key, and nothing mu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -165,16 +166,26 @@ def assert_ran_and_leaked_nothing(on_host: OnHost, world, agent: AgentSpec, name
     assert watcher_findings(on_host.state, name) == []
 
 
+# OpenClaw with each key its scaffold injects: Anthropic's model first, OpenAI's when only
+# that key is stored (the scaffold's fallback), over OpenAI's Responses API.
+OPENCLAW_SESSIONS = {
+    "anthropic": SERVICE_AGENTS["openclaw"],
+    "openai": dataclasses.replace(SERVICE_AGENTS["openclaw"], key_env="OPENAI_API_KEY",
+                                  provider="api.openai.com"),
+}
+
+
 @pytest.mark.netns
+@pytest.mark.parametrize("key", sorted(OPENCLAW_SESSIONS))
 def test_openclaw_serves_its_gateway_on_the_hosts_loopback_and_its_agent_leaks_nothing(
-        on_host, world):
+        on_host, world, key):
     """OpenClaw, a service cage (as root: published ports are a root cage's). Its scaffold as
     shipped starts its gateway, whose Control UI the host's 127.0.0.1:18789 serves and no
     other address or port of the cage does; one turn of its agent, asked of that gateway by
     OpenClaw's own CLI in the cage, edits the workspace and leaks nothing, as every agent's."""
-    agent = SERVICE_AGENTS["openclaw"]
+    agent = OPENCLAW_SESSIONS[key]
     assert installed(agent), f"{agent.binary} is missing: run scripts/setup-agents.sh"
-    name = "real-openclaw"
+    name = f"real-openclaw-{key}"
     project, real_key, planted = scaffold_cage(on_host, world, agent, name)
 
     # the gateway, from the host: its Control UI, through the published port

@@ -364,3 +364,24 @@ def test_the_model_calls_the_shell_tool_the_request_declares(tmp_path: Path, pat
         item = done[0]["item"]
         assert (item["name"], json.loads(item["arguments"])) == (
             tool, {argument: "touch /workspace/x"})
+
+
+def test_a_responses_client_that_sends_only_its_newest_output_gets_the_next_step(
+        tmp_path: Path) -> None:
+    # OpenClaw keeps the conversation on the server (previous_response_id): each request
+    # carries only the output of the call before; the step is read from that call's number
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"shell": f"echo {n}"} for n in range(3)] + [{"say": "done"}]))
+    tools = [{"type": "function", "name": "exec"}]
+    commands = []
+    for n in range(3):
+        body = {"model": "m", "stream": True, "tools": tools, "input": [
+            {"type": "function_call_output", "call_id": f"call_fake{n:04d}", "output": "ok"}]}
+        request = HttpRequest("POST", "/v1/responses", "HTTP/1.1", (),
+                              json.dumps(body).encode())
+        answer = models.respond(request, str(script)).decode()
+        done = next(json.loads(line[6:]) for line in answer.splitlines()
+                    if line.startswith("data: ") and "output_item.done" in line)
+        commands.append(json.loads(done["item"].get("arguments", "{}")).get("command")
+                        or done["item"]["content"][0]["text"])
+    assert commands == ["echo 1", "echo 2", "done"]
