@@ -209,6 +209,14 @@ def test_openclaw_serves_its_gateway_on_the_hosts_loopback_and_its_agent_leaks_n
                if x.get("direction") == "outbound" and x.get("decision") == "allowed"}
     assert reached == {agent.provider}, reached
 
+    # the link the scaffold tells a person to open (OpenClaw's one-time pairing link, which
+    # gives the browser that opens it its credential): the Control UI on the host's loopback
+    link = on_host("exec", name, "--", "openclaw", "dashboard", "--json", timeout=120)
+    assert link.returncode == 0, link.stdout[-1000:] + link.stderr[-1000:]
+    url = json.loads(link.stdout[link.stdout.index("{"):])["browserUrl"]
+    assert url.startswith(f"http://127.0.0.1:{OPENCLAW_PORT}/"), url
+    assert "data-openclaw-control-ui" in fetch(on_host, url, seconds=10)[1]
+
     # nothing else of the cage from the host: every port the cage listens on (the gateway's
     # and whatever else OpenClaw opened) is closed at the cage's own address, and, but for
     # the published one, on the host's loopback
