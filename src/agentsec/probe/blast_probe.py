@@ -60,7 +60,7 @@ import time
 import warnings
 
 PROBE_FORMAT = 1
-PROBE_VERSION = "1.3.0"
+PROBE_VERSION = "1.3.1"
 
 # ---------------------------------------------------------------------------------------------
 # Fixed targets. AGENTSEC_PROBE_TARGETS may replace any of these keys (docs/probe-output.md).
@@ -2204,16 +2204,25 @@ def section_processes(settings):
     }
 
 
+# PF_KTHREAD in the flags field of /proc/PID/stat: set on kernel threads only.
+PF_KTHREAD = 0x00200000
+
+
 def proc_shows_host():
-    """Whether the mounted /proc lists the host's processes: kernel threads (kthreadd is pid 2,
-    with no parent) exist only in the initial pid namespace. A sandbox nested in pid namespaces
-    of its own (srt runs its command in a second one under bwrap's) shows its own helpers under
-    the outer /proc, not the host's. None when /proc cannot be read at all."""
+    """Whether the mounted /proc lists the host's processes: kernel threads (kthreadd is pid 2)
+    exist only in the initial pid namespace. A sandbox nested in pid namespaces of its own (srt
+    runs its command in a second one under bwrap's) shows its own helpers under the outer /proc,
+    not the host's. The kernel-thread flag decides, not pid 2's missing parent: where the probe
+    is pid 1 of a new namespace (systemd-nspawn --pipe, bwrap --as-pid-1), its own first thread
+    is /proc/2 and its parent, outside, reads as 0 too. None when /proc cannot be read at all."""
     stat_line = read_text("/proc/2/stat", 4096)
     if stat_line is None:
         return False if existence("/proc/self")[0] else None
     fields = stat_line.rpartition(")")[2].split()
-    return len(fields) > 1 and fields[1] == "0"
+    try:
+        return fields[1] == "0" and int(fields[6]) & PF_KTHREAD != 0
+    except (IndexError, ValueError):
+        return None
 
 
 def section_persistence(settings):
