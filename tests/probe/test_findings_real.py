@@ -628,3 +628,30 @@ def test_io_uring_refused_by_the_kernel_setting_is_not_a_finding():
     expected = {"0": "creatable", "1": "refused", "2": "refused"}[disabled]
     assert data(report, "identity")["io_uring"]["result"] == expected
     assert ("PRIV-009" in ids(report)) is (expected == "creatable")
+
+
+# --- gVisor: root, capabilities and kernel surfaces of a user-space kernel are its own -------
+
+# The host's / read-only under a tmpfs overlay, no network: gVisor's quickest sandbox.
+GVISOR = ("unshare", "--net", "--", "runsc", "--network=none", "do")
+
+
+def test_under_gvisor_root_and_the_kernel_surfaces_are_the_sentrys_not_the_hosts():
+    assert shutil.which("runsc"), "runsc is part of this machine's set-up (scripts/setup.sh)"
+    report = measure(GVISOR)
+    identity = data(report, "identity")
+    assert identity["user_space_kernel"] == "gvisor" and identity["euid"] == 0
+    assert identity["in_user_namespace"] is False  # how gVisor's own uid map reads
+    # gVisor's /proc/self/status has no NoNewPrivs line: prctl says it (gVisor always sets it)
+    assert identity["no_new_privs"] is True
+    found = ids(report)
+    assert not found & {"PRIV-001", "PRIV-004", "PRIV-006", "PRIV-009", "FS-009", "PRIV-005"}
+    assert finding(report, "PRIV-002")["evidence"] == [
+        "euid 0 of gvisor's user-space kernel, not the host's"]
+    assert "CAP_SYS_ADMIN" in identity["caps"] and finding(report, "PRIV-003")["severity"] == "low"
+    assert report["summary"]["axes"]["privilege"]["not_measured"] == []
+    # the control: host root with the same command line, no user-space kernel in between
+    control = measure(("unshare", "--net", "--"))
+    assert data(control, "identity")["user_space_kernel"] is None
+    assert {"PRIV-001", "PRIV-004"} <= ids(control)
+    assert finding(control, "PRIV-003")["severity"] == "critical"

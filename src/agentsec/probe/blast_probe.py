@@ -6,7 +6,8 @@ It prints exactly one JSON line on stdout (the format is docs/probe-output.md, p
 exits 0. It needs only the Python standard library (3.8 or newer) and Linux's /proc.
 
 What it measures, one small section each: identity and confinement (capabilities, seccomp,
-user namespace, Landlock, LSM, io_uring), whether new namespaces can be made, network egress
+user namespace, Landlock, LSM, io_uring, a user-space kernel such as gVisor), whether new
+namespaces can be made, network egress
 (TCP, IPv6, one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port),
 secret-looking environment variable names, credential files (in the home, and in the working
 directory: the project), container runtime and SSH agent sockets, the kernel keyring, other
@@ -968,6 +969,22 @@ def libc_functions():
     return ctypes, ctypes.CDLL(None, use_errno=True)
 
 
+PR_GET_NO_NEW_PRIVS = 39
+
+
+def no_new_privs(status):
+    """From /proc/self/status, or where that has no such line (gVisor's), from prctl."""
+    if "NoNewPrivs" in status:
+        return status["NoNewPrivs"] == "1"
+    handle = libc_functions()
+    if handle is None:
+        return None
+    ctypes, libc = handle
+    zero = ctypes.c_ulong(0)
+    value = libc.prctl(ctypes.c_int(PR_GET_NO_NEW_PRIVS), zero, zero, zero, zero)
+    return value == 1 if value in (0, 1) else None
+
+
 def libc_handle():
     """(ctypes, libc) for syscalls by number, or None where numbers for this interpreter are
     not known (see SYSCALL_NUMBERS) or ctypes is missing."""
@@ -1036,7 +1053,7 @@ def section_identity(settings):
         "cap_eff": cap_eff,
         "caps": capability_names(int(cap_eff, 16)) if cap_eff else [],
         "seccomp": int(status["Seccomp"]) if status.get("Seccomp", "").isdigit() else None,
-        "no_new_privs": status["NoNewPrivs"] == "1" if "NoNewPrivs" in status else None,
+        "no_new_privs": no_new_privs(status),
         "landlock_abi": landlock_abi(),
         "lsm": lsm,
         "apparmor": apparmor_label(lsm),
@@ -1048,7 +1065,21 @@ def section_identity(settings):
         "kernel_file_writable": can_open(CORE_PATTERN, os.O_WRONLY),
         "own_namespaces": own_namespaces(),
         "io_uring": io_uring_state(),
+        "user_space_kernel": user_space_kernel(),
     }
+
+
+# gVisor's Sentry answers uname with this fixed build string whatever the host runs (the release
+# it pairs it with has changed: 4.4.0, 4.19.0-gvisor); a host kernel built at that minute of
+# 2016 would be older than anything that runs the probe.
+GVISOR_UNAME_VERSION = "#1 SMP Sun Jan 10 15:06:54 PST 2016"
+
+
+def user_space_kernel():
+    """'gvisor' when the probe's system calls are served by gVisor's user-space kernel rather
+    than the host's: its root, capabilities, /proc/sys and io_uring are then the Sentry's, and
+    the host's kernel is reached only through the Sentry's own filtered calls. None otherwise."""
+    return "gvisor" if os.uname().version == GVISOR_UNAME_VERSION else None
 
 
 # Inode numbers the kernel gives its initial namespaces (include/linux/proc_ns.h); the network
