@@ -542,8 +542,11 @@ def session_keyring(facts: Facts) -> Hit | None:
 
 # Scratch space every sandbox is expected to have; writing there is not a finding.
 _SCRATCH_DIRS = frozenset({"/tmp", "/dev/shm", "."})
-# Files container runtimes bind from the host on purpose; they are not the user's data.
-_RUNTIME_MANAGED_MOUNTS = frozenset({"/etc/resolv.conf", "/etc/hostname", "/etc/hosts"})
+# Files container runtimes bind from the host on purpose; they are not the user's data. podman
+# writes /run/.containerenv per container, into that container's own directory, to describe it.
+_RUNTIME_MANAGED_MOUNTS = frozenset(
+    {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts", "/run/.containerenv"}
+)
 
 
 def _writable_system_dirs(facts: Facts) -> list[str]:
