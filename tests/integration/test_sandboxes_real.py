@@ -121,6 +121,20 @@ def test_under_gvisor_the_container_reaches_the_network_it_is_given_as_gvisors_r
     assert "not_measured" not in axes(report).values()
 
 
+def test_podmans_own_files_are_no_host_mount_but_a_bound_directory_is(gvisor_reports, podman,
+                                                                      tmp_path):
+    report = gvisor_reports["podman-default"]
+    mounts = report["probe"]["output"]["sections"]["filesystem"]["data"]["host_mounts"]
+    # /run/.containerenv is there, writable, and podman's own file about the container
+    assert any(m["mountpoint"] == "/run/.containerenv" and m["writable"] for m in mounts)
+    assert "FS-003" not in ids(report)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    control = preset_report(OWN_NETNS, "podman-default", tmp_path, podman.env, "--image",
+                            podman.image, "--", "-v", f"{shared}:/data")
+    assert finding(control, "FS-003")["evidence"] == ["/data"]
+
+
 def test_gvisor_hardened_leaves_only_the_missing_limits(gvisor_reports):
     report = gvisor_reports["gvisor-hardened"]
     assert identity(report)["user_space_kernel"] == "gvisor" and identity(report)["euid"] == 65534
