@@ -544,7 +544,7 @@ def session_keyring(facts: Facts) -> Hit | None:
 _SCRATCH_DIRS = frozenset({"/tmp", "/dev/shm", "."})
 # Files container runtimes bind from the host on purpose; they are not the user's data. podman
 # writes /run/.containerenv per container, into that container's own directory, to describe it.
-_RUNTIME_MANAGED_MOUNTS = frozenset(
+RUNTIME_MANAGED_MOUNTS = frozenset(
     {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts", "/run/.containerenv"}
 )
 
@@ -587,7 +587,7 @@ def host_rw_mounts(facts: Facts) -> Hit | None:
         for r in facts.records("filesystem", "host_mounts")
         if r.get("rw") is True
         and r.get("writable") is not False
-        and r.get("mountpoint") not in _RUNTIME_MANAGED_MOUNTS
+        and r.get("mountpoint") not in RUNTIME_MANAGED_MOUNTS
     )
 
 
