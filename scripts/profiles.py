@@ -149,7 +149,7 @@ def label_for(row: Row, measured: bool = True) -> str:
     return f"{row.preset} ({tool_version(preset)}), {who}" if measured else f"{row.preset}, {who}"
 
 
-def _why_not(row: Row) -> str | None:
+def why_not(row: Row) -> str | None:
     """Why this host cannot run the row, or None. Rootless presets are refused to root by
     `availability`, but `measure` starts them as their own user."""
     state = availability(row.spec)
@@ -185,6 +185,22 @@ def homes() -> Iterator[Homes]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+# Codex's sandbox keeps a lock directory and a daemon directory per uid in /tmp.
+CODEX_TMP = ("codex-bwrap-synthetic-mount-targets-*", "codex-daemon-*")
+
+
+@contextlib.contextmanager
+def codex_leftovers_removed() -> Iterator[None]:
+    """The per-uid directories Codex's runs leave in /tmp, removed if the runs made them."""
+    before = {path for pattern in CODEX_TMP for path in Path("/tmp").glob(pattern)}
+    try:
+        yield
+    finally:
+        for pattern in CODEX_TMP:
+            for path in set(Path("/tmp").glob(pattern)) - before:
+                shutil.rmtree(path, ignore_errors=True)
+
+
 def _interpreter_under_root() -> str:
     """The top directory under /root that agentsec's interpreter lives in ('.pyenv'), if it
     does: it must stay reachable once the planted home hides the real /root."""
@@ -208,6 +224,7 @@ class Measurer:
 
     def __enter__(self) -> Measurer:
         self.homes = self._stack.enter_context(homes())
+        self._stack.enter_context(codex_leftovers_removed())
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -277,14 +294,20 @@ def measure(out_dir: Path, only: Sequence[Row] | None = None) -> dict[Row, Path]
         raise SystemExit("profiles measure: run as root (it starts sandboxes as root and as "
                          "ordinary users)")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if only is None:  # a whole new set: the presets' earlier reports go (added ones stay)
+        for report in load(out_dir):
+            if report["target"].get("kind") == "preset":
+                stem = report_filename(report["label"])
+                for suffix in (".json", ".md"):
+                    (out_dir / f"{stem}{suffix}").unlink(missing_ok=True)
     saved: dict[Row, Path] = {}
     unmeasured = []
     with Measurer(out_dir) as measurer:
         for row in only if only is not None else rows():
-            why = _why_not(row)
+            why = why_not(row)
             if why is not None:
                 label = label_for(row, measured=False)
-                unmeasured.append({"label": label, "preset": row.preset,
+                unmeasured.append({"label": label, "preset": row.preset, "who": row.who,
                                    "why": f"not measured here: {why}"})
                 print(f"not measured: {label} ({why})", file=sys.stderr)
                 continue
