@@ -26,6 +26,7 @@ import pytest
 
 from agentsec import gvisor
 from agentsec.launchers import LaunchError, availability, get_preset, preset_launch
+from agentsec.matrix import run_matrix
 from tests.integration.podman_world import PodmanWorld, podman_world
 from tests.integration.sandbox_worlds import (
     RootlessUser,
@@ -249,6 +250,13 @@ def test_nspawn_needs_root_and_a_directory(podman, tmp_path):
         said = json.loads(pipe.read())
     os.waitpid(child, 0)
     assert said == ["systemd-nspawn needs root", "systemd-nspawn needs root: run agentsec as root"]
+
+
+def test_matrix_passes_over_nspawn_whose_image_is_a_directory(podman, tmp_path):
+    result = run_matrix(podman.image, ["nspawn-default"], tmp_path, "python3", lambda _: None)
+    assert result.rows == [] and result.failed == []
+    assert result.skipped == [{"preset": "nspawn-default", "why": "takes a root directory, not "
+                               "an image: agentsec blast-radius preset nspawn-default --image DIR"}]
 
 
 # --- rootless podman, as an ordinary user with a subordinate id range -------------------------
