@@ -15,7 +15,7 @@ credential files (made here, with dummy contents) and uid 1000's is an empty one
 that take the home from the password database (firejail) meet the same homes as those that read
 HOME. Containers run the podman world's Debian image; systemd-nspawn its root directory, through
 an overlay where the preset writes. A preset this host cannot run is recorded with the reason
-(docs/profiles/unmeasured.json) and shown as a row saying so. Reports are saved redacted under
+(docs/profiles/unmeasured.yaml) and shown as a row saying so. Reports are saved redacted under
 docs/profiles/, and `agentsec chart` draws them beside the table (docs/profiles/chart.svg).
 `add` re-scores a saved report (its probe output) redacted, under a label of your choosing: that
 is how the agentcage cage's row, from `agentcage demo`'s reports, gets there. `table` rewrites
@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test worlds: the podman image, nspawn's root, a rootless user
 
@@ -53,8 +55,9 @@ from agentsec.untrusted import parse_probe_output  # noqa: E402
 PROFILES = ROOT / "docs" / "profiles"
 README = ROOT / "README.md"
 CHART = "chart.svg"
-UNMEASURED = "unmeasured.json"
-UNMEASURED_TEST = "profiles-unmeasured"
+# Not a report (every *.json here is one): the rows this host could not run, and why.
+UNMEASURED = "unmeasured.yaml"
+HEADER = "# written by scripts/profiles.py measure: the presets this host could not run\n"
 START, END = "<!-- profiles:start -->", "<!-- profiles:end -->"
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 ORDINARY_UID = 1000
@@ -314,8 +317,8 @@ def measure(out_dir: Path, only: Sequence[Row] | None = None) -> dict[Row, Path]
             saved[row] = measurer.measure(row)
             print(f"measured {label_for(row)}", file=sys.stderr)
     if only is None:
-        document = {"tool": "agentsec", "test": UNMEASURED_TEST, "rows": unmeasured}
-        (out_dir / UNMEASURED).write_text(json.dumps(document, indent=2) + "\n")
+        text = yaml.safe_dump({"rows": unmeasured}, sort_keys=False, width=100)
+        (out_dir / UNMEASURED).write_text(HEADER + text)
     return saved
 
 
@@ -344,7 +347,7 @@ def load_unmeasured(out_dir: Path) -> list[dict[str, str]]:
     path = out_dir / UNMEASURED
     if not path.exists():
         return []
-    return list(json.loads(path.read_text(encoding="utf-8"))["rows"])
+    return list(yaml.safe_load(path.read_text(encoding="utf-8"))["rows"])
 
 
 def render(reports: list[dict[str, Any]], unmeasured: Sequence[dict[str, str]] = ()) -> str:
