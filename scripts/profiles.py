@@ -236,9 +236,9 @@ class Measurer:
     def _podman(self) -> Any:
         if self._world is None:
             from tests.integration.podman_world import podman_world
-            from tests.integration.sandbox_worlds import nspawn_state_tidied
+            from tests.integration.sandbox_worlds import runtime_state_tidied
             self._world = self._stack.enter_context(podman_world())
-            self._stack.enter_context(nspawn_state_tidied())
+            self._stack.enter_context(runtime_state_tidied())
         return self._world
 
     def _rootless_user(self) -> Any:

@@ -30,7 +30,9 @@ import pytest
 
 from tests.integration.podman_world import PodmanWorld
 
-NSPAWN_STATE = (Path("/run/systemd/nspawn"), Path("/run/systemd/nspawn-uid"))
+# Where systemd-nspawn and runsc keep their state; empty once they exit, and here /run is no
+# tmpfs, so the directories would stay.
+RUNTIME_STATE = (Path("/run/systemd/nspawn"), Path("/run/systemd/nspawn-uid"), Path("/run/runsc"))
 # Rootless podman's engine settings: runc and cgroupfs as for root (DESIGN.md); its network
 # stays podman's rootless default, slirp4netns, which touches no firewall.
 ROOTLESS_CONTAINERS_CONF = """\
@@ -94,10 +96,10 @@ def _remove_empty_tree(root: Path) -> None:
 
 
 @contextlib.contextmanager
-def nspawn_state_tidied() -> Iterator[None]:
-    """systemd-nspawn keeps lock and propagation directories under /run/systemd, empty once it
-    exits (here /run is no tmpfs, so they would stay): those it made are removed."""
-    made = [path for path in NSPAWN_STATE if not path.exists()]
+def runtime_state_tidied() -> Iterator[None]:
+    """The state directories systemd-nspawn (locks, propagation) and runsc leave in /run: those
+    the runs made are removed once empty."""
+    made = [path for path in RUNTIME_STATE if not path.exists()]
     try:
         yield
     finally:

@@ -31,7 +31,7 @@ from tests.integration.podman_world import PodmanWorld, podman_world
 from tests.integration.sandbox_worlds import (
     RootlessUser,
     in_namespace,
-    nspawn_state_tidied,
+    runtime_state_tidied,
     overlay_root,
     rootless_user,
     written_to,
@@ -45,7 +45,7 @@ RUNSC_REFUSAL = "cannot run with network enabled in root network namespace"
 
 @pytest.fixture(scope="module")
 def podman() -> Iterator[PodmanWorld]:
-    with podman_world() as world:
+    with runtime_state_tidied(), podman_world() as world:
         yield world
 
 
@@ -186,7 +186,7 @@ def nspawn_reports(podman, client, tmp_path_factory) -> Iterator[dict[str, Any]]
     env = {"AGENTSEC_PROBE_TARGETS": client.probe_targets_file.read_text()}
     assert podman.rootfs is not None
     before = podman.rootfs.stat().st_mtime_ns, (podman.rootfs / "etc").stat().st_mtime_ns
-    with nspawn_state_tidied(), overlay_root(podman.rootfs) as root:
+    with overlay_root(podman.rootfs) as root:
         reports = {
             # both in the client namespace of the fake internet: the default shares it
             "default": preset_report(in_namespace(client.netns), "nspawn-default", out, env,
@@ -278,6 +278,8 @@ def rootless_reports(rootless, podman, client, tmp_path_factory) -> dict[str, di
         "default": preset_report(in_namespace(client.netns), "podman-rootless-default", out, env,
                                  *as_user),
         "hardened": preset_report(OWN_NETNS, "podman-rootless-hardened", out, env, *as_user),
+        "gvisor": preset_report(in_namespace(client.netns), "gvisor-rootless", out, env,
+                                *as_user),
     }
 
 
@@ -291,6 +293,18 @@ def test_rootless_podman_is_root_of_the_users_namespace_only(rootless_reports, r
     assert finding(report, "PRIV-003")["severity"] == "low"
     # podman's own per-container files (/run/.containerenv, /etc/hosts...) are no host mounts
     assert "FS-003" not in found
+    assert "not_measured" not in axes(report).values()
+
+
+def test_gvisor_as_rootless_podmans_runtime_is_root_of_the_sentry_only(rootless_reports):
+    report, control = rootless_reports["gvisor"], rootless_reports["default"]
+    assert identity(report)["user_space_kernel"] == "gvisor"
+    assert identity(control)["user_space_kernel"] is None
+    assert "NET-001" in ids(report)  # slirp4netns's namespace, through network=host
+    assert finding(report, "PRIV-002")["evidence"] == [
+        "euid 0 of gvisor's user-space kernel, not the host's"]
+    assert not ids(report) & {"PRIV-001", "PRIV-004", "PRIV-006", "PRIV-009"}
+    assert "PRIV-006" in ids(control)  # runc's container may make user namespaces of the host's
     assert "not_measured" not in axes(report).values()
 
 
