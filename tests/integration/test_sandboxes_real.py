@@ -31,9 +31,9 @@ from tests.integration.podman_world import PodmanWorld, podman_world
 from tests.integration.sandbox_worlds import (
     RootlessUser,
     in_namespace,
-    runtime_state_tidied,
     overlay_root,
     rootless_user,
+    runtime_state_tidied,
     written_to,
 )
 
