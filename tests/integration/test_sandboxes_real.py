@@ -142,7 +142,8 @@ def test_gvisor_hardened_leaves_only_the_missing_limits(gvisor_reports):
     states = axes(report)
     assert "not_measured" not in states.values()
     assert {k: v for k, v in states.items() if v != "sealed"} == {"resources": "reachable"}
-    # --memory and --pids-limit reach gVisor's own cgroups, which the probe inside cannot see
+    # --memory and --pids-limit hold on the sandbox's cgroup on the host (runsc puts the
+    # Sentry there), which gVisor's own /sys/fs/cgroup inside does not show the probe
     assert finding(report, "RES-001")["severity"] == "low"
 
 
