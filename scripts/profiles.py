@@ -155,11 +155,13 @@ def label_for(row: Row, measured: bool = True) -> str:
 def why_not(row: Row) -> str | None:
     """Why this host cannot run the row, or None. Rootless presets are refused to root by
     `availability`, but `measure` starts them as their own user."""
-    state = availability(row.spec)
-    if state.runnable or (row.who == "rootless" and row.spec.binary
-                          and shutil.which(row.spec.binary)):
-        return None
-    return state.why_not
+    preset = row.spec
+    if row.who != "rootless":
+        state = availability(preset)
+        return None if state.runnable else state.why_not
+    if shutil.which(preset.binary) is None:
+        return f"{preset.binary} is not installed"
+    return gvisor.why_not(preset.engine_flags) if preset.runtime == gvisor.RUNTIME else None
 
 
 @dataclass(frozen=True)
