@@ -446,10 +446,11 @@ class CageService:
             # the gateway's own models' keys (the decider, the watcher's re-reader) too
             own = {(agent.api_key or "").removeprefix("secret:")
                    for agent in (config.agents.decider, config.agents.watcher) if agent.enable}
-            if not any(r.env == key for r in config.secret_injection) and key not in own:
+            if key not in config.placeholder_secrets() and key not in own:
                 raise ConfigError(
-                    f"cage {name} has no secret_injection rule for {key}, so it could never be "
-                    f"used; add one ({{env: {key}, inject_to: [api.example.com]}}) to cage.yaml "
+                    f"cage {name} has no secret_injection rule or relay for {key}, so it could "
+                    f"never be used; add one ({{env: {key}, inject_to: [api.example.com]}}) "
+                    "to cage.yaml "
                     f"and apply it with `agentcage cage update {name} -c cage.yaml`"
                 )
         pending = not cage.exists()

@@ -1285,7 +1285,6 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
            as_json: bool) -> None:
     """Measure the running cage NAME from inside with agentsec's probe, and score it; with
     the count of its watcher's findings (what left through allowed hosts and alarmed)."""
-    from agentcage import findings
     from agentcage.output import document
     from agentcage.verify import verify_cage, verify_plan
     from agentsec.gate import render_gate
@@ -1297,14 +1296,13 @@ def verify(name: str, label: str | None, out_dir: Path, max_score: int | None,
     measured = verify_cage(name, plan)
     saved, verdict, regression = measured.saved, measured.verdict, measured.regression
     report = saved.report
-    svc = _service()
-    watched = findings.status(svc._existing(name), svc.config(name).watcher.enable, time.time())
+    watcher = report["target"]["watcher"]  # as the saved report says it, so both agree
+    watched = {"enable": watcher["enabled"], "findings": watcher["finding_count"],
+               "by_budget": watcher["by_budget"], "quarantined": watcher["quarantined"]}
     alarmed = watched["findings"] > 0 and not allow_watcher_findings
     if as_json:
         _emit(document("verify", cage=name, report=report,
-                       passed=not verdict.failed and not alarmed,
-                       watcher={k: watched[k] for k in ("enable", "findings", "by_budget",
-                                                        "quarantined")},
+                       passed=not verdict.failed and not alarmed, watcher=watched,
                        gates=[check.as_dict() for check in verdict.checks],
                        regression=None if regression is None else
                        {"regressed": regression.regressed, "reasons": list(regression.reasons)},

@@ -26,8 +26,11 @@ def read(cage: CageDir) -> dict[str, Any]:
             "revoked": list(doc.get("revoked", []))}
 
 
-def status(cage: CageDir, enabled: bool, now: float) -> dict[str, Any]:
-    doc = read(cage)
+def status(cage: CageDir, enabled: bool, now: float,
+           doc: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The watcher's state as the operator sees it; `doc`: watcher.json as `read` gave it
+    (read now when not given)."""
+    doc = read(cage) if doc is None else doc
     state = doc["status"]
     until = state.get("quarantined_until")
     return {"enable": enabled,

@@ -42,6 +42,9 @@ class Policy:
     allow: DomainMatcher = field(default_factory=lambda: DomainMatcher(()))
     block: DomainMatcher = field(default_factory=lambda: DomainMatcher(()))
     deny_reason: str | None = None
+    # narrowed by the watcher's quarantine (allow: the model's hosts alone); what the policy
+    # does not decide by name (the mail relays) is shut while it is
+    quarantined: bool = False
 
     @classmethod
     def deny_all(cls, reason: str) -> Policy:

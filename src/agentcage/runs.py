@@ -156,7 +156,8 @@ def need_secrets(cage: CageDir, spec: CageSpec, keys: Sequence[str],
         if key not in spec.secret_env:
             injected = ", ".join(spec.secret_env) or "none"
             raise ConfigError(f"-s {key}: the cage injects no such secret (its secret_injection "
-                              f"rules name: {injected}); add a rule with -c cage.yaml")
+                              f"rules and relays name: {injected}); add a rule with -c "
+                              "cage.yaml")
     choice = cage_secrets.store_of(cage, spec.secrets_backend, spec.allow_plaintext)
     book = cage_secrets.book_of(cage)
     stored = set(choice.store.names())

@@ -16,17 +16,25 @@ for its last 20 characters (how Claude Code remembers an accepted key). A string
 secret that has no placeholder (not stored) is left out with what holds it (its list item or
 its key), so a seed never writes a placeholder that stands for nothing.
 
+`${random}` is 64 random hex characters (256 bits), new at each place it stands and each time
+the seed is rendered: a credential the cage makes for itself, such as the token a service in
+the cage asks of whoever connects to it. Under `merge` it is kept once written (the file's
+value wins), and a `text` seed is written once, so it is made once per volume.
+
 Pure functions only: the volume's files are read and written by backends/volumes.py.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
 _TEMPLATE = re.compile(r"\$\{placeholder:([A-Za-z_][A-Za-z0-9_]*)(:last20)?\}")
+_RANDOM = "${random}"
 TAIL = 20
+RANDOM_BYTES = 32
 
 
 class _Missing(Exception):
@@ -52,7 +60,10 @@ def _render_text(text: str, placeholders: Mapping[str, str]) -> str:
             raise _Missing
         return placeholder[-TAIL:] if m.group(2) else placeholder
 
-    return _TEMPLATE.sub(fill, text)
+    filled = _TEMPLATE.sub(fill, text)
+    while _RANDOM in filled:
+        filled = filled.replace(_RANDOM, secrets.token_hex(RANDOM_BYTES), 1)
+    return filled
 
 
 def render_text(text: str, placeholders: Mapping[str, str]) -> str | None:

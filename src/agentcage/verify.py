@@ -4,19 +4,25 @@ A cage's guarantees are claims until something inside it tries them. Verify runs
 `agentsec` runs in any sandbox, through `agentcage exec` (so it sees exactly what a workload
 sees: the cage's environment, mounts, seccomp filter and gateway), and goes through agentsec's
 own measurement pipeline and gate decision: the same report, saved and recorded in the same
-history, held to the same budget and baseline as `agentsec blast-radius`.
+history, held to the same budget and baseline as `agentsec blast-radius`. The report also
+carries what the cage's watcher had found when the probe was done (`target.watcher`), so a
+saved report of a cage that alarmed says so.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from agentcage.errors import AgentcageError, StateError
 from agentcage.state import HOME_ENV, CageDir, StateStore
 from agentsec import gate, service
+from agentsec.cage_watcher import MAX_SHOWN, CageWatcher, WatcherFinding
 from agentsec.errors import AgentsecError
 from agentsec.history import DB_NAME
 from agentsec.launchers import cage_launch
@@ -54,6 +60,27 @@ def image_has_python(cage: CageDir) -> bool:
     return has_python(str(layer_path(cage)))
 
 
+def watcher_state(cage: CageDir, enabled: bool, now: float) -> CageWatcher:
+    """What the cage's watcher has found (watcher.json, as its gateway last wrote it), as the
+    report carries it: the counts of all its findings, the most recent listed."""
+    from agentcage import findings
+
+    doc = findings.read(cage)
+    state = findings.status(cage, enabled, now, doc)
+    listed = [_finding(f) for f in doc["findings"][-MAX_SHOWN:] if isinstance(f, dict)]
+    by_budget = tuple((str(k), int(v)) for k, v in state["by_budget"].items()
+                      if isinstance(v, int) and v >= 0)
+    return CageWatcher(enabled, max(state["findings"], len(listed)), by_budget,
+                       state["quarantined"], tuple(listed))
+
+
+def _finding(doc: dict[str, Any]) -> WatcherFinding:
+    at = doc.get("at")
+    return WatcherFinding(float(at) if isinstance(at, int | float) else 0.0,
+                          str(doc.get("budget", "")), str(doc.get("host", "")),
+                          str(doc.get("summary", "")), str(doc.get("action", "")))
+
+
 def verify_plan(
     name: str,
     *,
@@ -82,7 +109,8 @@ def verify_cage(
     store: StateStore | None = None,
     env: Mapping[str, str] | None = None,
 ) -> service.Measurement:
-    """Run the probe in cage ``name``, then agentsec's pipeline: score, save, record, gates."""
+    """Run the probe in cage ``name``, then agentsec's pipeline: score, save, record, gates.
+    The report carries what the cage's watcher had found by the end of the run."""
     store = store or StateStore()
     if not store.cage(name).exists():  # said plainly, not as a probe that printed nothing
         raise StateError(f"no cage named {name!r}; see `agentcage ls`")
@@ -96,9 +124,16 @@ def verify_cage(
         flags = ("--lend-python",)
         how += (f", by the host's python3 lent read-only at {LENT_AT} (the cage's image has "
                 "none)")
+    from agentcage.config.load import load_config
+
+    watching = load_config(store.cage(name).config).watcher.enable
     try:
         launch = cage_launch(name, how, agentcage_bin=agentcage_binary(),
                              own_volumes=own_volumes(store.cage(name)), exec_flags=flags)
-        return service.measure(launch, plan, env=child_env)
+        run = launch.run(child_env)
+        # the watcher as the probe left it: a cage that alarmed is saved as one
+        target = replace(launch.target,
+                         watcher=watcher_state(store.cage(name), watching, time.time()))
+        return service.measure_output(run.output, target, run.rc, plan)
     except AgentsecError as exc:
         raise VerifyError(f"verify {name}: {exc}") from exc

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentsec import __version__
+from agentsec.cage_watcher import CageWatcher
 from agentsec.catalogue import Catalogue
 from agentsec.errors import AgentsecError, OutputError
 from agentsec.kinds import TEST_BLAST_RADIUS
@@ -40,6 +41,8 @@ class Target:
     # (path in the sandbox, host directory): volumes the launcher says the sandbox alone keeps
     # (own_volumes.py checks each against what the probe saw before it counts)
     own_volumes: tuple[tuple[str, str], ...] = ()
+    # a cage's: what its watcher had found when it was measured (cage_watcher.py)
+    watcher: CageWatcher | None = None
 
     def as_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -54,6 +57,8 @@ class Target:
         }
         if self.own_volumes:
             doc["own_volumes"] = [{"path": p, "source": s} for p, s in self.own_volumes]
+        if self.watcher is not None:
+            doc["watcher"] = self.watcher.as_dict()
         return doc
 
 

@@ -67,6 +67,8 @@ def score(
         if target.own_volumes:
             target = replace(target, own_volumes=tuple(
                 (path, "[redacted]") for path, _ in target.own_volumes))
+        if target.watcher is not None:
+            target = replace(target, watcher=target.watcher.redacted())
     assessment = assess(probe, catalogue)
     return build_report(
         label=label,

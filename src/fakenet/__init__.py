@@ -1,6 +1,7 @@
 """fakenet: a fake internet made of Linux network namespaces, for tests, benchmarks and demos.
 
-Real DNS, HTTP(S) (with a WebSocket echo endpoint at /ws), sink and echo servers in an
+Real DNS, HTTP(S) (with a WebSocket echo endpoint at /ws), mail (IMAPS 993, SMTPS 465,
+submission 587, with the accounts `net.set_mail_account` sets), sink and echo servers in an
 "internet" namespace, clients linked to it (open, blackholed, isolated), and records of
 everything that arrived (WebSocket messages unmasked, so `received()` sees them). Needs root.
 A host name can be given a static site instead of the echo (`net.site_dir(host)`,

@@ -41,6 +41,7 @@ DEFAULT_TCP_SINK_PORTS: tuple[int, ...] = (22, 25, 53, 2375, 3306, 8080, 8443, 9
 DEFAULT_UDP_SINK_PORTS: tuple[int, ...] = (123, 443, 5353, 9999)
 ECHO_PORT = 7
 HTTP_PORT, HTTPS_PORT, DNS_PORT = 80, 443, 53
+IMAPS_PORT, SMTPS_PORT, SUBMISSION_PORT = 993, 465, 587
 INTERNET_LINK_GLOB = "il*"  # the internet's side of every link is il<k>
 
 ClientKind = Literal["open", "blackhole-drop", "blackhole-reject", "isolated"]
@@ -158,6 +159,7 @@ class FakeInternet:
                 cert_file=str(pki.cert), key_file=str(pki.key),
                 model_script=str(self._workdir / "model-script.json"),
                 sites_dir=str(self._workdir / "sites"),
+                mail_accounts=str(self._workdir / "mail-accounts.json"),
             )
             self._servers.append(server)
             server.start(self._start_timeout)
@@ -290,6 +292,16 @@ class FakeInternet:
         tmp.write_text(json.dumps([dict(s) for s in steps]))
         tmp.replace(path)
 
+    def set_mail_account(self, user: str, password: str) -> None:
+        """An account of the mail servers (fakenet.mailstore), in force at the next login:
+        IMAPS on 993, SMTPS on 465 and submission on 587 at every address."""
+        path = self.workdir / "mail-accounts.json"
+        accounts = json.loads(path.read_text()) if path.exists() else {}
+        accounts[user] = password
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(accounts))
+        tmp.replace(path)
+
     def site_dir(self, host: str) -> Path:
         """The directory `host` is served from (fakenet.sites), made empty if it was not there:
         whatever is written into it is served at once, e.g. a registry from fakenet.packages.
@@ -315,6 +327,11 @@ class FakeInternet:
     def http_requests(self) -> list[dict[str, Any]]:
         """{method, host, path, headers, body, tls, sni, peer, port} per HTTP(S) request."""
         return self._reader().http_requests()
+
+    def mail_records(self) -> list[dict[str, Any]]:
+        """{proto, port, peer, sni, event, ...} per login ({mechanism, user, password, ok}) and
+        message ({user, data, and for SMTP mail_from, rcpt_to}) the mail servers saw."""
+        return self._reader().mail_records()
 
     def received(self, needle: bytes | str) -> bool:
         """Did `needle` reach the internet at all: in any bytes, DNS name or HTTP request?"""
@@ -368,6 +385,9 @@ class FakeInternet:
             ("https", "tcp", HTTPS_PORT, wildcards),
             ("echo", "tcp", ECHO_PORT, wildcards),
             ("echo", "udp", ECHO_PORT, per_service),
+            ("imaps", "tcp", IMAPS_PORT, wildcards),
+            ("smtps", "tcp", SMTPS_PORT, wildcards),
+            ("submission", "tcp", SUBMISSION_PORT, wildcards),
         ]
         plan += [("sink", "tcp", p, per_service if p == DNS_PORT else wildcards)
                  for p in self._tcp_sink_ports]

@@ -2,6 +2,9 @@
 
     POST /v1/messages    Anthropic Messages (Claude Code): SSE when "stream" is true, else JSON
     POST /v1/responses   OpenAI Responses (Codex): always SSE
+    POST /api/v1/chat/completions, /v1/chat/completions
+                         OpenAI Chat Completions (OpenRouter's API; the gateway's own calls):
+                         JSON, the script's text (the gateway's tools: their script, below)
 
 and what an interactive Claude Code asks at start: `GET /api/hello` (and, on its OAuth host,
 `GET /v1/oauth/hello`) must answer 200 or it stops ("Unable to connect"); its managed settings
@@ -33,12 +36,14 @@ from fakenet.httpparse import HttpRequest
 
 ANTHROPIC_PATH = "/v1/messages"
 OPENAI_PATH = "/v1/responses"
-# The Messages API's shell tools, by the name each agent declares: Claude Code's, pi's. The call
-# names the one the request declared.
-ANTHROPIC_SHELLS = ("Bash", "bash")
+CHAT_PATHS = ("/api/v1/chat/completions", "/v1/chat/completions")  # OpenRouter's, OpenAI's
+# The Messages API's shell tools, by the name each agent declares: Claude Code's, pi's,
+# OpenClaw's (`exec` {command}). The call names the one the request declared.
+ANTHROPIC_SHELLS = ("Bash", "bash", "exec")
 # The Responses API's shell tools, by name, with the argument each takes its command in:
-# Codex's, pi's.
-OPENAI_SHELLS = {"exec_command": "cmd", "bash": "command"}
+# Codex's, pi's, OpenClaw's.
+OPENAI_SHELLS = {"exec_command": "cmd", "bash": "command", "exec": "command"}
+_CALL_PREFIX = "call_fake"  # a Responses call's id: this, then the number of its step
 HELLO_PATHS = ("/api/hello", "/v1/oauth/hello")  # 200: "the service answers"
 NONE_PATHS = ("/api/claude_code/settings", "/api/claude_code/policy_limits")  # 404: none
 
@@ -47,7 +52,7 @@ def wants(request: HttpRequest) -> bool:
     path = request.target.split("?", 1)[0]
     if request.method == "GET" and path in (*HELLO_PATHS, *NONE_PATHS):
         return True
-    return request.method == "POST" and path in (ANTHROPIC_PATH, OPENAI_PATH)
+    return request.method == "POST" and path in (ANTHROPIC_PATH, OPENAI_PATH, *CHAT_PATHS)
 
 
 # A request that declares one of the gateway's own tools (the policy API decider's `decide`,
@@ -73,10 +78,19 @@ def _decider_step(request: HttpRequest, script_file: str | None) -> dict[str, An
     except ValueError:
         return None
     tools = body.get("tools") or [] if isinstance(body, dict) else []
-    if not any(isinstance(t, dict) and t.get("name") in GATEWAY_TOOLS for t in tools):
+    if not any(_tool_name(t) in GATEWAY_TOOLS for t in tools):
         return None
     steps = _read_script(str(Path(script_file).with_name(DECIDER_SCRIPT)))
     return steps[0] if steps else {"say": "no decider script"}
+
+
+def _tool_name(tool: Any) -> Any:
+    """A declared tool's name: at its top (Messages, Responses) or under "function" (Chat
+    Completions)."""
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name")
 
 
 def _decider_answer(request: HttpRequest, step: dict[str, Any]) -> bytes:
@@ -84,9 +98,12 @@ def _decider_answer(request: HttpRequest, step: dict[str, Any]) -> bytes:
         return _http(int(step["status"]), "application/json", b'{"error": "scripted"}')
     if "raw" in step:
         return _http(200, "application/json", str(step["raw"]).encode())
-    anthropic = request.target.split("?", 1)[0] == ANTHROPIC_PATH
+    path = request.target.split("?", 1)[0]
+    anthropic = path == ANTHROPIC_PATH
     tool = next((name for name in GATEWAY_TOOLS if name in step), None)
-    if tool is not None:
+    if path in CHAT_PATHS:
+        doc = _chat_completion(tool, step[tool] if tool else None, str(step.get("say", "")))
+    elif tool is not None:
         if anthropic:
             content = [{"type": "tool_use", "id": f"toolu_{tool}", "name": tool,
                         "input": step[tool]}]
@@ -114,6 +131,10 @@ def respond(request: HttpRequest, script_file: str | None) -> bytes:
     if decider is not None:
         return _decider_answer(request, decider)
     path = request.target.split("?", 1)[0]
+    if path in CHAT_PATHS:  # no shell tool is played here: the script's text
+        text = _step(_read_script(script_file), 0, False).get("say", "")
+        return _http(200, "application/json", json.dumps(
+            _chat_completion(None, None, text)).encode())
     if request.method == "GET":
         if path in HELLO_PATHS:
             return _http(200, "application/json", b'{"message": "hello"}')
@@ -178,7 +199,18 @@ def _openai_results(body: dict[str, Any]) -> int:
     items = body.get("input")
     if not isinstance(items, list):
         return 0
-    return sum(1 for i in items if isinstance(i, dict) and i.get("type") == "function_call_output")
+    outputs = [i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    return max(len(outputs), _openai_answered_steps(outputs))
+
+
+def _openai_answered_steps(outputs: list[dict[str, Any]]) -> int:
+    """The steps answered, read from the step numbers of the calls the outputs answer. A
+    client that keeps its conversation on the server (OpenClaw: `store` and
+    `previous_response_id`) sends only the newest output, so counting them is not enough."""
+    steps = [int(call[len(_CALL_PREFIX):]) + 1 for call in (o.get("call_id") for o in outputs)
+             if isinstance(call, str) and call.startswith(_CALL_PREFIX)
+             and call[len(_CALL_PREFIX):].isdigit()]
+    return max(steps, default=0)
 
 
 # ---- Anthropic Messages --------------------------------------------------------------------
@@ -227,7 +259,7 @@ def _anthropic_events(step: dict[str, str], index: int,
 def _openai_item(step: dict[str, str], index: int, shell: str) -> dict[str, Any]:
     if "shell" in step:
         return {"type": "function_call", "id": f"fc_fake{index:04d}",
-                "call_id": f"call_fake{index:04d}", "name": shell,
+                "call_id": f"{_CALL_PREFIX}{index:04d}", "name": shell,
                 "arguments": json.dumps({OPENAI_SHELLS[shell]: step["shell"]}),
                 "status": "completed"}
     return {"type": "message", "id": f"msg_fake{index:04d}", "role": "assistant",
@@ -252,6 +284,23 @@ def _openai_events(step: dict[str, str], index: int,
     yield "response.completed", {"type": "response.completed",
                                  "response": {**response, "status": "completed",
                                               "output": [item], "usage": usage}}
+
+
+# ---- OpenAI Chat Completions ---------------------------------------------------------------
+
+def _chat_completion(tool: str | None, arguments: Any, text: str) -> dict[str, Any]:
+    """A non-streaming answer: one call of `tool` with `arguments` (a JSON string, as the API
+    sends them), or `text` when `tool` is None."""
+    if tool is not None:
+        message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{tool}", "type": "function",
+             "function": {"name": tool, "arguments": json.dumps(arguments)}}]}
+    else:
+        message = {"role": "assistant", "content": text}
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "model": "fake-model",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if tool else "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
 
 
 # ---- HTTP ----------------------------------------------------------------------------------

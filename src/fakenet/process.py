@@ -23,7 +23,8 @@ class ServerProcess:
                  zone: dict[str, dict[str, list[str]]] | None = None,
                  catch_all: dict[str, list[str]] | None = None,
                  cert_file: str | None = None, key_file: str | None = None,
-                 model_script: str | None = None, sites_dir: str | None = None) -> None:
+                 model_script: str | None = None, sites_dir: str | None = None,
+                 mail_accounts: str | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.netns = netns
         self.workdir = workdir
@@ -42,6 +43,7 @@ class ServerProcess:
             key_file=key_file,
             model_script=model_script,
             sites_dir=sites_dir,
+            mail_accounts=mail_accounts,
         )
         self._proc: subprocess.Popen[bytes] | None = None
 

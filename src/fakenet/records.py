@@ -14,7 +14,8 @@ from typing import IO, Any, NamedTuple
 SINK_FILE = "sink.jsonl"
 DNS_FILE = "dns.jsonl"
 HTTP_FILE = "http.jsonl"
-_FILES = (SINK_FILE, DNS_FILE, HTTP_FILE)
+MAIL_FILE = "mail.jsonl"
+_FILES = (SINK_FILE, DNS_FILE, HTTP_FILE, MAIL_FILE)
 
 
 class SinkRecord(NamedTuple):
@@ -55,6 +56,13 @@ class RecordWriter:
         entry["body"] = base64.b64encode(request["body"]).decode()
         self._write(HTTP_FILE, entry)
 
+    def mail(self, event: dict[str, Any]) -> None:
+        """A mail server's event (a login, a message: its `data` as base64)."""
+        entry = dict(event)
+        if isinstance(entry.get("data"), bytes):
+            entry["data"] = base64.b64encode(entry["data"]).decode()
+        self._write(MAIL_FILE, entry)
+
     def _write(self, name: str, entry: dict[str, Any]) -> None:
         f = self._files[name]
         # One write per line: a reader sees whole lines or an unterminated tail it skips.
@@ -91,6 +99,14 @@ class RecordReader:
             entry["body"] = base64.b64decode(entry["body"])
             requests.append(entry)
         return requests
+
+    def mail_records(self) -> list[dict[str, Any]]:
+        records = []
+        for entry in self._lines(MAIL_FILE):
+            if "data" in entry:
+                entry["data"] = base64.b64decode(entry["data"])
+            records.append(entry)
+        return records
 
     def reset(self) -> None:
         for name in _FILES:

@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-Kind = Literal["dns", "http", "https", "sink", "echo"]
+Kind = Literal["dns", "http", "https", "sink", "echo", "imaps", "smtps", "submission"]
 Proto = Literal["tcp", "udp"]
-KINDS: tuple[str, ...] = ("dns", "http", "https", "sink", "echo")
+KINDS: tuple[str, ...] = ("dns", "http", "https", "sink", "echo", "imaps", "smtps", "submission")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class ServerConfig:
     http_idle_timeout: float = 30.0
     model_script: str | None = None  # the fake model provider's session (models.py)
     sites_dir: str | None = None  # static sites by host name (sites.py)
+    mail_accounts: str | None = None  # the mail servers' accounts, user -> password (JSON)
 
     @property
     def error_file(self) -> Path:

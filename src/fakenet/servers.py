@@ -23,9 +23,12 @@ from pathlib import Path
 from fakenet.context import ServerContext
 from fakenet.dnsserver import DnsAnswerer, DnsUdpProtocol, handle_dns_tcp
 from fakenet.httpserver import handle_http, tls_context
+from fakenet.imapserver import handle_imaps
+from fakenet.mailstore import MailStore, mail_tls_context
 from fakenet.records import RecordWriter
 from fakenet.serverconfig import Listener, ServerConfig
 from fakenet.sinks import UdpProtocol, handle_tcp
+from fakenet.smtpserver import handle_smtp
 
 PARENT_POLL_S = 0.5
 
@@ -55,13 +58,18 @@ async def _serve(config: ServerConfig, ready: Path) -> None:
     records = RecordWriter(Path(config.records_dir))
     ctx = ServerContext(config, records)
     answerer = DnsAnswerer(config.zone, config.catch_all, config.ttl)
-    tls = None
+    tls = mail_tls = None
     if config.cert_file and config.key_file:
         tls = tls_context(config.cert_file, config.key_file)
+        mail_tls = mail_tls_context(config.cert_file, config.key_file)
+    mail = MailStore(config.mail_accounts)
     closers: list[Callable[[], object]] = []
     try:
         for listener in config.listeners:
             try:
+                if listener.kind in MAIL_KINDS:
+                    closers.append(await _open_mail(ctx, mail, mail_tls, listener))
+                    continue
                 closers.append(await _open(ctx, answerer, tls, listener))
             except OSError as exc:
                 raise RuntimeError(
@@ -105,6 +113,24 @@ async def _open(ctx: ServerContext, answerer: DnsAnswerer, tls: ssl.SSLContext |
     server = await asyncio.start_server(
         handler, sock=sock, ssl=tls if listener.kind == "https" else None, backlog=256
     )
+    return server.close
+
+
+MAIL_KINDS = ("imaps", "smtps", "submission")
+
+
+async def _open_mail(ctx: ServerContext, store: MailStore, tls: ssl.SSLContext | None,
+                     listener: Listener) -> Callable[[], object]:
+    """IMAPS and SMTPS (TLS from the first byte) or submission (STARTTLS): mailstore.py."""
+    if tls is None:
+        raise RuntimeError(f"{listener.kind} listener without cert_file/key_file")
+    if listener.kind == "imaps":
+        handler = functools.partial(handle_imaps, ctx, store)
+    else:
+        handler = functools.partial(handle_smtp, ctx, store, tls, listener.kind == "smtps")
+    server = await asyncio.start_server(
+        handler, sock=_bind(listener), ssl=tls if listener.kind != "submission" else None,
+        backlog=64)
     return server.close
 
 

@@ -67,9 +67,13 @@ def make_project(root: Path, *, hooks: bool = True, claude: bool = True) -> Path
 
 
 def cage_yaml(net, name: str, allow: list[str], *, trusted: str = "10.200.0.0/16",
-              extra: str = "", gateway: dict[str, object] | None = None) -> str:
-    """`gateway`: more keys of the gateway section (timeouts, say)."""
+              extra: str = "", gateway: dict[str, object] | None = None,
+              trust_test_ca: bool = True) -> str:
+    """`gateway`: more keys of the gateway section (timeouts, say). `trust_test_ca`: False
+    leaves the fake internet's CA out of the upstream bundle (its servers are then not
+    trusted)."""
     allow_list = ", ".join(allow)
+    ca_files = f'"{net.ca_cert_path}"' if trust_test_ca else ""
     more = "".join(f"  {key}: {value}\n" for key, value in (gateway or {}).items())
     return f"""
 name: {name}
@@ -78,7 +82,7 @@ dns_servers: [{net.dns_address}]
 gateway:
   uplink: "netns:{net.uplink_ns}"
   trusted_networks: [{trusted}]
-  upstream_ca_files: ["{net.ca_cert_path}"]
+  upstream_ca_files: [{ca_files}]
 {more}{extra}
 """
 

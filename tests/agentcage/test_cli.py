@@ -124,7 +124,8 @@ def test_init_writes_a_valid_commented_scaffold(home):
     text = (home / "c.yaml").read_text()
     assert "name: my-cage" in text and "#" in text
     assert agentcage(home, "scaffold", "list").stdout.split() == [
-        "arch", "busybox", "claude-code", "codex", "debian", "minimal", "pi", "ubuntu"]
+        "arch", "busybox", "claude-code", "codex", "debian", "minimal", "openclaw", "pi",
+        "ubuntu"]
     assert "scaffold: codex" in agentcage(home, "scaffold", "show", "codex").stdout
     again = agentcage(home, "init", "my-cage", "-o", "c.yaml")
     assert again.returncode == 1 and "--force" in again.stderr

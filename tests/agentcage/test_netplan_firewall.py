@@ -131,9 +131,25 @@ def test_published_ports_let_the_gateway_dial_the_cage_on_those_ports_alone():
     assert published.replace("\n    " + rule, "") == plain
 
 
+RELAYS = ({"host": "imap.example.test", "ports": [993], "secret": "MAIL"},
+          {"host": "smtp.example.test", "ports": [465, 587], "secret": "MAIL"})
+
+
+def test_mail_relays_are_reached_on_the_gateways_address_on_their_ports_alone():
+    plain = render_ruleset(settings())
+    relayed = render_ruleset(settings(relays=RELAYS))
+    ingress = "ip daddr 10.200.131.1 tcp dport { 465, 587, 993 } accept"
+    given = ("iifname \"cage0\" ip saddr 10.200.131.0/30 ip daddr 10.200.131.1 tcp dport "
+             "{ 465, 587, 993 } accept")
+    assert ingress in relayed and given in relayed and "993" not in plain
+    # the only difference: those two rules (no redirect, no forward, no other address)
+    assert relayed.replace("\n    " + given, "").replace("\n    " + ingress, "") == plain
+
+
 def test_settings_round_trip():
     s = settings(trusted_networks=("10.200.0.0/16",),
-                 published_ports=(("127.0.0.1", 18789, 18789),), cage_address="10.200.131.2")
+                 published_ports=(("127.0.0.1", 18789, 18789),), cage_address="10.200.131.2",
+                 relays=RELAYS)
     assert GatewaySettings.from_json(s.to_json()) == s
     with pytest.raises(ValueError, match="unknown"):
         GatewaySettings.from_json('{"bogus": 1}')
@@ -144,7 +160,8 @@ def test_ruleset_loads_in_a_scratch_namespace():
     # a private, unnamed network namespace that vanishes with the process: never the host's
     script = "nft -f -"  # iifname/oifname match by name: the links need not exist
     for ruleset in (render_ruleset(settings()), render_ruleset(settings(
-            published_ports=(("127.0.0.1", 18789, 18789),), cage_address="10.200.131.2"))):
+            published_ports=(("127.0.0.1", 18789, 18789),), cage_address="10.200.131.2",
+            relays=RELAYS))):
         r = subprocess.run(["unshare", "--net", "sh", "-c", script], input=ruleset,
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr

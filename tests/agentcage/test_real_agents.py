@@ -9,10 +9,12 @@ API host. The agent must run, the provider must get the real key, and nothing mu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,9 @@ import pytest
 from agentcage.demo_agents import (
     AGENTS,
     EXFIL_HOST,
+    OPENCLAW_PORT,
     PLANTED_FILE,
+    SERVICE_AGENTS,
     AgentSpec,
     fake_key,
     installed,
@@ -100,11 +104,19 @@ def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(user_cli, wor
     agent = SESSIONS[which]
     assert installed(agent), f"{agent.binary} is not installed: run scripts/setup.sh"
     name = f"real-{which}"
+    project, real_key, planted = scaffold_cage(on_host, world, agent, name)
+    placeholder = on_host("exec", name, "--", "printenv", agent.key_env).stdout.strip()
+    run = on_host("exec", name, "--", *agent.command, timeout=300)
+    assert_ran_and_leaked_nothing(on_host, world, agent, name, project, run, real_key, planted,
+                                  placeholder)
+
+
+def scaffold_cage(on_host: OnHost, world, agent: AgentSpec, name: str) -> tuple[Path, str, str]:
+    """The README's flow, in its order, with the agent's scaffold as shipped, the model
+    scripted with the session of demo_agents: (the project, the real key, the planted token)."""
     real_key, planted = fake_key(agent), planted_token()
     world.reset_records()
     world.script_model(session(agent))
-
-    # the README's flow, in its order, with the scaffold as shipped
     r = on_host("init", name, "--scaffold", agent.scaffold, "-o", f"{name}.yaml")
     assert r.returncode == 0, r.stderr
     r = on_host("secret", "set", name, agent.key_env, stdin=real_key + "\n")
@@ -116,10 +128,16 @@ def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(user_cli, wor
     r = on_host("cage", "create", "-c", f"{name}.yaml", "--project", str(project),
                 "--trust-network", "10.200.0.0/16", "--upstream-ca", str(ca))
     assert r.returncode == 0, r.stderr
+    return project, real_key, planted
 
-    placeholder = on_host("exec", name, "--", "printenv", agent.key_env).stdout.strip()
+
+def assert_ran_and_leaked_nothing(on_host: OnHost, world, agent: AgentSpec, name: str,
+                                  project: Path, run, real_key: str, planted: str,
+                                  placeholder: str) -> None:
+    """What every agent's session must show: it ran (its edit is in the project), its
+    provider got the real key in every call, the cage held only the placeholder, and neither
+    key got out by curl, DNS or the API host; each refusal is in the audit, by its name."""
     assert placeholder.startswith(f"agentcage:secret:{agent.key_env}:")
-    run = on_host("exec", name, "--", *agent.command, timeout=300)
     assert real_key not in run.stdout + run.stderr
     records = audit(on_host, name)
     outcome = judge(agent, exit_code=run.returncode, project=project, real_key=real_key,
@@ -148,6 +166,123 @@ def test_a_real_agent_works_in_its_scaffold_cage_and_leaks_nothing(user_cli, wor
     assert watcher_findings(on_host.state, name) == []
 
 
+# OpenClaw with each key its scaffold injects: Anthropic's model first, OpenAI's when only
+# that key is stored (the scaffold's fallback), over OpenAI's Responses API.
+OPENCLAW_SESSIONS = {
+    "anthropic": SERVICE_AGENTS["openclaw"],
+    "openai": dataclasses.replace(SERVICE_AGENTS["openclaw"], key_env="OPENAI_API_KEY",
+                                  provider="api.openai.com"),
+}
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("key", sorted(OPENCLAW_SESSIONS))
+def test_openclaw_serves_its_gateway_on_the_hosts_loopback_and_its_agent_leaks_nothing(
+        on_host, world, key):
+    """OpenClaw, a service cage (as root: published ports are a root cage's). Its scaffold as
+    shipped starts its gateway, whose Control UI the host's 127.0.0.1:18789 serves and no
+    other address or port of the cage does; one turn of its agent, asked of that gateway by
+    OpenClaw's own CLI in the cage, edits the workspace and leaks nothing, as every agent's."""
+    agent = OPENCLAW_SESSIONS[key]
+    assert installed(agent), f"{agent.binary} is missing: run scripts/setup-agents.sh"
+    name = f"real-openclaw-{key}"
+    project, real_key, planted = scaffold_cage(on_host, world, agent, name)
+
+    # the gateway, from the host: its Control UI, through the published port
+    page = wait_for_page(on_host, name, f"http://127.0.0.1:{OPENCLAW_PORT}/")
+    assert "data-openclaw-control-ui" in page, page[:500]
+    # each connection is audited (those made while the gateway was starting: flagged, as
+    # the cage did not answer them yet)
+    closed = published_closed(on_host, name)
+    assert closed and all(x["decision"] == "allowed" and x["cage_port"] == OPENCLAW_PORT
+                          for x in closed), closed
+
+    placeholder = on_host("exec", name, "--", "printenv", agent.key_env).stdout.strip()
+    run = on_host("exec", name, "--", *agent.command, timeout=300)
+    assert_ran_and_leaked_nothing(on_host, world, agent, name, project, run, real_key, planted,
+                                  placeholder)
+    # the agent's turn ran in the gateway: the CLI asked it over its WebSocket, with its token
+    assert "done: the workspace is tidy" in run.stdout, run.stdout[-1000:]
+    # the model API is the one host it reached (its update, catalogue and plugin checks are
+    # off or refused: the scaffold's comments name them)
+    reached = {x.get("host") for x in audit(on_host, name)
+               if x.get("direction") == "outbound" and x.get("decision") == "allowed"}
+    assert reached == {agent.provider}, reached
+
+    # the link the scaffold tells a person to open (OpenClaw's one-time pairing link, which
+    # gives the browser that opens it its credential): the Control UI on the host's loopback
+    link = on_host("exec", name, "--", "openclaw", "dashboard", "--json", timeout=120)
+    assert link.returncode == 0, link.stdout[-1000:] + link.stderr[-1000:]
+    url = json.loads(link.stdout[link.stdout.index("{"):])["browserUrl"]
+    assert url.startswith(f"http://127.0.0.1:{OPENCLAW_PORT}/"), url
+    assert "data-openclaw-control-ui" in fetch(on_host, url, seconds=10)[1]
+
+    # nothing else of the cage from the host: every port the cage listens on (the gateway's
+    # and whatever else OpenClaw opened) is closed at the cage's own address, and, but for
+    # the published one, on the host's loopback
+    listening = listening_ports(on_host, name)
+    assert OPENCLAW_PORT in listening, listening
+    cage = cage_address(on_host, name)
+    for port in sorted(listening):
+        assert fetch(on_host, f"http://{cage}:{port}/", seconds=3)[0] != 0, port
+        if port != OPENCLAW_PORT:
+            assert fetch(on_host, f"http://127.0.0.1:{port}/", seconds=3)[0] != 0, port
+    # the control: the published port, asked the same way, still answers
+    assert fetch(on_host, f"http://127.0.0.1:{OPENCLAW_PORT}/", seconds=10)[0] == 0
+
+
+def fetch(on_host: OnHost, url: str, seconds: float = 5) -> tuple[int, str]:
+    """curl on the fake host: (exit status, body)."""
+    r = on_host.host.run(["curl", "-sS", "--max-time", str(seconds), url],
+                         capture_output=True, text=True, timeout=seconds + 30)
+    return r.returncode, r.stdout + r.stderr
+
+
+def wait_for_page(on_host: OnHost, name: str, url: str, seconds: float = 240) -> str:
+    """The page at `url` once the cage's service answers (it starts in the background, and
+    a loaded machine makes OpenClaw's start slow)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        code, body = fetch(on_host, url)
+        if code == 0:
+            return body
+        if time.monotonic() > deadline:
+            log = on_host.state / "cages" / name / "workload.log"
+            raise AssertionError(f"{url}: {body}\nworkload: {log.read_text()[-1500:]}")
+        time.sleep(1)
+
+
+def published_closed(on_host: OnHost, name: str, seconds: float = 20) -> list[dict]:
+    """The audit's records of published connections that ended (each is written as its
+    connection ends, a moment after the client saw the end)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        records = audit(on_host, name)
+        closed = [x for x in records
+                  if x.get("direction") == "published" and x.get("reason") == "closed"]
+        if closed or time.monotonic() > deadline:
+            return closed or [x for x in records if x.get("direction") == "published"]
+        time.sleep(0.5)
+
+
+def listening_ports(on_host: OnHost, name: str) -> set[int]:
+    """The TCP ports something listens on in the cage, from its own /proc/net/tcp{,6}."""
+    r = on_host("exec", name, "--", "cat", "/proc/net/tcp", "/proc/net/tcp6")
+    ports = set()
+    for line in r.stdout.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def cage_address(on_host: OnHost, name: str) -> str:
+    from agentcage.backends.netplan import NetPlan
+
+    runtime = json.loads((on_host.state / "cages" / name / "runtime.json").read_text())
+    return NetPlan.from_dict(runtime["plan"]).cage_address
+
+
 def test_the_judge_sees_a_leak_mock_records():
     # The judge must be able to fail: fed records (made up here, no network) in which the
     # planted token and the real key did get out, it reports both and does not pass.
@@ -166,7 +301,7 @@ def test_the_judge_sees_a_leak_mock_records():
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("scaffold", ["minimal", "claude-code", "codex", "pi"])
+@pytest.mark.parametrize("scaffold", ["minimal", "claude-code", "codex", "pi", "openclaw"])
 def test_verify_scores_a_started_scaffold_cage_at_most_8(on_host, world, scaffold):
     # the workspace bind (FS-003, medium: 8) is the only finding with points: the cage's own
     # init holds only the cage's environment, its limits are visible, nothing leaves

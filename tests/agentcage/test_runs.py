@@ -135,8 +135,8 @@ def test_s_refuses_a_secret_the_cage_injects_nowhere(home, net):
              "--", "true", stdin="value\n")
     assert r.returncode == 1
     assert r.stderr.splitlines()[-1] == (
-        "error: -s NOPE: the cage injects no such secret (its secret_injection rules name: "
-        "none); add a rule with -c cage.yaml")
+        "error: -s NOPE: the cage injects no such secret (its secret_injection rules and "
+        "relays name: none); add a rule with -c cage.yaml")
     assert list((home / "home" / "cages").iterdir()) == []  # nothing was kept of it
 
 

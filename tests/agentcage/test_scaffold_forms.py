@@ -135,7 +135,7 @@ def test_more_than_a_page_of_values_takes_the_models_path():
 def test_an_unknown_scaffold_is_refused_as_before():
     with pytest.raises(ConfigError, match="scaffold 'nope' does not exist; choose one of: "
                                           "arch, busybox, claude-code, codex, debian, minimal, "
-                                          "pi, ubuntu"):
+                                          "openclaw, pi, ubuntu"):
         check_scaffold("nope")
     check_scaffold("claude")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -38,6 +39,16 @@ def test_render_fills_placeholders_and_leaves_out_what_names_an_unstored_secret(
                                           "key": f"Bearer {KEY}", "n": 3}
     assert render_text("k = ${placeholder:ANTHROPIC_API_KEY}", PLACEHOLDERS) == f"k = {KEY}"
     assert render_text("k = ${placeholder:NOT_STORED}", PLACEHOLDERS) is None
+
+
+def test_random_is_a_fresh_256_bit_hex_value_at_each_place_and_each_render():
+    seed = {"auth": {"token": "${random}"}, "pair": ["${random}", "${random}"]}
+    first, second = render(seed, PLACEHOLDERS), render(seed, PLACEHOLDERS)
+    values = [first["auth"]["token"], *first["pair"], second["auth"]["token"]]
+    assert all(re.fullmatch(r"[0-9a-f]{64}", v) for v in values), values
+    assert len(set(values)) == 4
+    text = render_text("t=${random} k=${placeholder:ANTHROPIC_API_KEY}", PLACEHOLDERS)
+    assert text is not None and re.fullmatch(rf"t=[0-9a-f]{{64}} k={KEY}", text), text
 
 
 def test_merge_adds_only_what_is_missing_and_keeps_every_value_it_finds():
@@ -135,6 +146,17 @@ def test_an_existing_file_gains_the_missing_keys_only(volume):
     apply_seeds([opened], [_seed("/home/agent/.claude.json", seed)], rotated, UID, GID)
     assert json.loads(doc.read_text())["customApiKeyResponses"]["approved"] == [
         KEY[-20:], "f" * 20]
+
+
+def test_a_random_token_is_made_at_the_first_start_and_kept_at_the_next(volume):
+    # a service's token in its own config: made once, then the same at every start
+    opened, root = volume
+    seed = [_seed("/home/agent/.svc/config.json", {"auth": {"token": "${random}"}})]
+    apply_seeds([opened], seed, PLACEHOLDERS, UID, GID)
+    token = json.loads((root / ".svc" / "config.json").read_text())["auth"]["token"]
+    apply_seeds([opened], seed, PLACEHOLDERS, UID, GID)
+    assert json.loads((root / ".svc" / "config.json").read_text()) == {"auth": {"token": token}}
+    assert re.fullmatch(r"[0-9a-f]{64}", token)
 
 
 def test_a_text_seed_never_replaces_the_agents_file(volume):

@@ -18,14 +18,14 @@ from tests.agentcage.conftest import World, needs_root, start_cage
 from tests.agentcage.test_watcher_world import TOKEN, grant, granted, reach, traffic
 
 CLI = [sys.executable, "-m", "agentcage.cli"]
-NAMES = ("allowed.example.test", "key.example.test", "api.anthropic.com")
+NAMES = ("allowed.example.test", "key.example.test", "api.anthropic.com", "openrouter.ai")
 
 
-def settings(auto_revoke: bool = True) -> str:
+def settings(auto_revoke: bool = True, provider: str = "anthropic") -> str:
     return (
         "policy_api:\n  grantable: [key.example.test]\n"
         "capture: {enable_har: true}\n"
-        "agents:\n  watcher: {enable: true, provider: anthropic, model: fake-model, "
+        f"agents:\n  watcher: {{enable: true, provider: {provider}, model: fake-model, "
         f"api_key: 'secret:WATCHER_KEY', timeout_seconds: 3, auto_revoke: "
         f"{'true' if auto_revoke else 'false'}}}\n")
 
@@ -42,9 +42,10 @@ def world():
 @pytest.fixture
 def cage(world, request):
     marker = request.node.get_closest_marker("watcher")
-    auto = marker.args[0].get("auto_revoke", True) if marker else True
+    given = marker.args[0] if marker else {}
     yield from start_cage(world, "reread", ["allowed.example.test", "api.anthropic.com"],
-                          extra=settings(auto))
+                          extra=settings(given.get("auto_revoke", True),
+                                         given.get("provider", "anthropic")))
 
 
 def operator(cage, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -53,15 +54,15 @@ def operator(cage, *args: str, stdin: str | None = None) -> subprocess.Completed
                           input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL)
 
 
-def store_key(cage) -> str:
-    key = "sk-ant-api03-" + secrets.token_urlsafe(40)
+def store_key(cage, key: str | None = None) -> str:
+    key = key or "sk-ant-api03-" + secrets.token_urlsafe(40)
     r = operator(cage, "secret", "set", cage.name, "WATCHER_KEY", stdin=key + "\n")
     assert r.returncode == 0, r.stderr
     return key
 
 
-def scans(world) -> list[dict]:
-    return [q for q in world.http_requests() if q["host"] == "api.anthropic.com"
+def scans(world, host: str = "api.anthropic.com") -> list[dict]:
+    return [q for q in world.http_requests() if q["host"] == host
             and b'"report"' in bytes(q["body"])]
 
 
@@ -164,3 +165,34 @@ def test_an_instruction_planted_in_the_traffic_stops_no_budget(cage, world):
     statuses = traffic(cage, "split", "key.example.test", TOKEN, 10)
     assert statuses[9] == 403
     assert [f["budget"] for f in cage.findings()] == ["reassembly"]
+
+
+@pytest.mark.netns
+@pytest.mark.watcher({"provider": "openrouter"})
+def test_an_openrouter_re_reader_reports_through_its_forced_function_call(cage, world):
+    key = store_key(cage, "sk-or-v1-" + secrets.token_hex(32))
+    grant_id = grant(cage, "key.example.test")
+    assert reach(cage, "key.example.test") == "200"
+    # a text answer is a failed scan, and narrows nothing
+    world.script_decider([{"say": "all clear"}])
+    r = operator(cage, "watcher", "scan", cage.name)
+    assert r.returncode == 1 and "exactly one call of report" in r.stdout, r.stdout
+    assert grant_id in granted(cage)
+    # one call of report is applied
+    world.reset_records()
+    world.script_decider([{"report": {"findings": [
+        {"summary": "a token sent to key.example.test", "host": "key.example.test",
+         "grant_id": grant_id}]}}])
+    r = operator(cage, "watcher", "scan", cage.name)
+    assert r.returncode == 0 and "1 finding(s)" in r.stdout, r.stdout + r.stderr
+    assert grant_id not in granted(cage)
+    assert reach(cage, "key.example.test") == "403"
+    # asked at OpenRouter's Chat Completions, with the watcher's own key, the call forced
+    [asked] = scans(world, "openrouter.ai")
+    assert asked["path"] == "/api/v1/chat/completions"
+    headers = {k.lower(): v for k, v in dict(asked["headers"]).items()}
+    assert headers["authorization"] == f"Bearer {key}"
+    body = json.loads(asked["body"])
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "report"}}
+    assert body["messages"][1]["content"].startswith("<untrusted>")
+    assert key not in cage.sh("printenv; cat /proc/*/environ 2>/dev/null").stdout

@@ -266,17 +266,38 @@ def test_findings_and_status_are_readable_as_json_and_at_80_columns(cage):
 
 @pytest.mark.netns
 @pytest.mark.watcher({}, capture=True)
-def test_a_cage_that_alarmed_fails_verify_and_its_capture_says_why(cage, tmp_path):
+def test_a_cage_that_alarmed_fails_verify_its_report_and_its_capture_say_why(cage, tmp_path):
+    from agentsec.reportfile import load_report
+
     clean = operator(cage, "verify", cage.name, "--out", str(tmp_path / "a"), "--json")
     assert clean.returncode == 0, clean.stdout[-2000:] + clean.stderr
     assert json.loads(clean.stdout)["watcher"]["findings"] == 0
-    grant(cage, "key.example.test")
+    # the saved report says the watcher had nothing (read back through the schema)
+    saved = load_report(tmp_path / "a" / "cage-watched.json")["target"]["watcher"]
+    assert (saved["enabled"], saved["finding_count"], saved["findings"]) == (True, 0, [])
+    assert "had no finding" in (tmp_path / "a" / "cage-watched.md").read_text()
+    grant_id = grant(cage, "key.example.test")
     traffic(cage, "split", "key.example.test", TOKEN, 10)
     alarmed = operator(cage, "verify", cage.name, "--out", str(tmp_path / "b"), "--json")
     assert alarmed.returncode == 2, alarmed.stdout[-2000:] + alarmed.stderr
     doc = json.loads(alarmed.stdout)
     assert doc["passed"] is False and doc["watcher"]["by_budget"] == {"reassembly": 1}
     assert "a cage that alarmed is not a clean cage" in alarmed.stderr
+    # and so does the report it saved: the JSON, the Markdown, the HTML page made from it
+    saved = load_report(tmp_path / "b" / "cage-watched.json")["target"]["watcher"]
+    assert (saved["finding_count"], saved["by_budget"]) == (1, {"reassembly": 1})
+    [finding] = saved["findings"]
+    assert (finding["budget"], finding["host"]) == ("reassembly", "key.example.test")
+    assert finding["action"] == f"revoked grant {grant_id}"
+    markdown = (tmp_path / "b" / "cage-watched.md").read_text()
+    assert "had 1 finding(s) when it was measured (reassembly 1): the cage alarmed" in markdown
+    page = tmp_path / "b.html"
+    shown = subprocess.run([sys.executable, "-m", "agentsec.cli", "report",
+                            str(tmp_path / "b" / "cage-watched.json"), "--out", str(page)],
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "the cage alarmed" in page.read_text() and "key.example.test" in page.read_text()
+    assert TOKEN not in (tmp_path / "b" / "cage-watched.json").read_text() + markdown
     allowed = operator(cage, "verify", cage.name, "--out", str(tmp_path / "c"),
                        "--allow-watcher-findings")
     assert allowed.returncode == 0, allowed.stdout[-2000:] + allowed.stderr

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import json
 from pathlib import Path
 
 import pytest
 from dnslib import QTYPE, RCODE, DNSRecord
 
+from fakenet import models
 from fakenet.dnsserver import DnsAnswerer
-from fakenet.httpparse import HttpParseError, RequestParser
+from fakenet.httpparse import HttpParseError, HttpRequest, RequestParser
 from fakenet.records import RecordReader, RecordWriter
 from fakenet.serverconfig import Listener, ServerConfig
 from fakenet.targets import probe_targets, write_probe_targets
@@ -336,3 +338,50 @@ def test_registries_are_real_packages_built_the_same_every_time(tmp_path: Path) 
         assert any(n.endswith(".dist-info/RECORD") for n in names)
     page = (tmp_path / "index" / "simple" / python.names[0] / "index.html").read_text()
     assert "https://files.pythonhosted.org/" in page and "#sha256=" in page
+
+
+# --- the model server's shell tools ----------------------------------------------------------
+
+@pytest.mark.parametrize(("path", "tool", "argument"), [
+    ("/v1/messages", "exec", "command"),  # OpenClaw on Anthropic's API
+    ("/v1/responses", "exec", "command"),  # OpenClaw on OpenAI's
+    ("/v1/messages", "Bash", "command"),  # Claude Code: the control, unchanged
+])
+def test_the_model_calls_the_shell_tool_the_request_declares(tmp_path: Path, path: str,
+                                                             tool: str, argument: str) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"shell": "touch /workspace/x"}, {"say": "done"}]))
+    body = {"model": "m", "stream": False, "tools": [{"name": "read"}, {"name": tool}],
+            "messages": [{"role": "user", "content": "go"}], "input": []}
+    request = HttpRequest("POST", path, "HTTP/1.1", (), json.dumps(body).encode())
+    answer = models.respond(request, str(script)).split(b"\r\n\r\n", 1)[1].decode()
+    if path == "/v1/messages":
+        [block] = json.loads(answer)["content"]
+        assert (block["name"], block["input"]) == (tool, {argument: "touch /workspace/x"})
+    else:
+        done = [json.loads(line[6:]) for line in answer.splitlines()
+                if line.startswith("data: ") and "output_item.done" in line]
+        item = done[0]["item"]
+        assert (item["name"], json.loads(item["arguments"])) == (
+            tool, {argument: "touch /workspace/x"})
+
+
+def test_a_responses_client_that_sends_only_its_newest_output_gets_the_next_step(
+        tmp_path: Path) -> None:
+    # OpenClaw keeps the conversation on the server (previous_response_id): each request
+    # carries only the output of the call before; the step is read from that call's number
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"shell": f"echo {n}"} for n in range(3)] + [{"say": "done"}]))
+    tools = [{"type": "function", "name": "exec"}]
+    commands = []
+    for n in range(3):
+        body = {"model": "m", "stream": True, "tools": tools, "input": [
+            {"type": "function_call_output", "call_id": f"call_fake{n:04d}", "output": "ok"}]}
+        request = HttpRequest("POST", "/v1/responses", "HTTP/1.1", (),
+                              json.dumps(body).encode())
+        answer = models.respond(request, str(script)).decode()
+        done = next(json.loads(line[6:]) for line in answer.splitlines()
+                    if line.startswith("data: ") and "output_item.done" in line)
+        commands.append(json.loads(done["item"].get("arguments", "{}")).get("command")
+                        or done["item"]["content"][0]["text"])
+    assert commands == ["echo 1", "echo 2", "done"]

@@ -38,6 +38,7 @@ FORMS['arch'] = {'name': '__NAME__',
                            'icmp': {'allow': False}},
                  'secrets': {'backend': 'auto', 'allow_plaintext': False},
                  'secret_injection': [],
+                 'relays': [],
                  'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                  'max_request_body': 10485760,
                  'entropy': {'enable': True,
@@ -134,6 +135,7 @@ FORMS['busybox'] = {'name': '__NAME__',
                               'icmp': {'allow': False}},
                     'secrets': {'backend': 'auto', 'allow_plaintext': False},
                     'secret_injection': [],
+                    'relays': [],
                     'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                     'max_request_body': 10485760,
                     'entropy': {'enable': True,
@@ -362,6 +364,7 @@ FORMS['claude-code'] = {'name': '__NAME__',
                                               'inject_headers': True,
                                               'inject_body': False,
                                               'headers': []}],
+                        'relays': [],
                         'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                         'max_request_body': 10485760,
                         'entropy': {'enable': True,
@@ -594,6 +597,7 @@ FORMS['codex'] = {'name': '__NAME__',
                                         'inject_headers': True,
                                         'inject_body': False,
                                         'headers': []}],
+                  'relays': [],
                   'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                   'max_request_body': 10485760,
                   'entropy': {'enable': True,
@@ -695,6 +699,7 @@ FORMS['debian'] = {'name': '__NAME__',
                              'icmp': {'allow': False}},
                    'secrets': {'backend': 'auto', 'allow_plaintext': False},
                    'secret_injection': [],
+                   'relays': [],
                    'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                    'max_request_body': 10485760,
                    'entropy': {'enable': True,
@@ -791,6 +796,7 @@ FORMS['minimal'] = {'name': '__NAME__',
                               'icmp': {'allow': False}},
                     'secrets': {'backend': 'auto', 'allow_plaintext': False},
                     'secret_injection': [],
+                    'relays': [],
                     'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                     'max_request_body': 10485760,
                     'entropy': {'enable': True,
@@ -858,6 +864,279 @@ FORMS['minimal'] = {'name': '__NAME__',
                                 'connect_timeout_seconds': 7,
                                 'first_byte_timeout_seconds': 300.0,
                                 'idle_timeout_seconds': 120.0}}
+
+FORMS['openclaw'] = {'name': '__NAME__',
+                     'isolation': 'auto',
+                     'lifecycle': 'service',
+                     'scaffold': 'openclaw',
+                     'container': {'image': None,
+                                   'rootfs': None,
+                                   'command': ['openclaw',
+                                               'gateway',
+                                               'run',
+                                               '--bind',
+                                               'lan',
+                                               '--port',
+                                               '18789'],
+                                   'user': '1000:1000',
+                                   'host_user': 'auto',
+                                   'read_only': True,
+                                   'drop_capabilities': ['ALL'],
+                                   'add_capabilities': [],
+                                   'no_new_privileges': True,
+                                   'volumes': ['.:/workspace:rw', 'home:/home/agent'],
+                                   'tmpfs': ['/tmp:rw,nosuid,size=512m'],
+                                   'ports': ['127.0.0.1:18789:18789'],
+                                   'env': {'PATH': '/opt/agentcage-node24/bin:/opt/agentcage-openclaw/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+                                           'OPENCLAW_NO_AUTO_UPDATE': '1',
+                                           'OPENCLAW_DISABLE_BONJOUR': '1'},
+                                   'limits': {'memory': 4294967296, 'pids': 1024, 'cpu': 'auto'},
+                                   'files': {},
+                                   'seed_files': {'/home/agent/.openclaw/openclaw.json': {'merge': {'gateway': {'mode': 'local',
+                                                                                                                'auth': {'mode': 'token',
+                                                                                                                         'token': '${random}'}},
+                                                                                                    'update': {'checkOnStart': False},
+                                                                                                    'models': {'catalogRefresh': {'enabled': False}},
+                                                                                                    'discovery': {'mdns': {'mode': 'off'}},
+                                                                                                    'tools': {'codeMode': {'enabled': False}},
+                                                                                                    'agents': {'defaults': {'cwd': '/workspace',
+                                                                                                                            'model': {'primary': 'anthropic/claude-opus-5',
+                                                                                                                                      'fallbacks': ['openai/gpt-6-astra']}}}},
+                                                                                          'text': None},
+                                                  '/home/agent/.openclaw/skills/agentcage/SKILL.md': {'merge': None,
+                                                                                                      'text': '---\n'
+                                                                                                              'name: '
+                                                                                                              'agentcage\n'
+                                                                                                              'description: '
+                                                                                                              'You '
+                                                                                                              'run '
+                                                                                                              'in '
+                                                                                                              'an '
+                                                                                                              'agentcage '
+                                                                                                              'cage. '
+                                                                                                              'Read '
+                                                                                                              'this '
+                                                                                                              'before '
+                                                                                                              'you '
+                                                                                                              'reach '
+                                                                                                              'any '
+                                                                                                              'host '
+                                                                                                              'on '
+                                                                                                              'the '
+                                                                                                              'network, '
+                                                                                                              'or '
+                                                                                                              'when '
+                                                                                                              'a '
+                                                                                                              'request '
+                                                                                                              'is '
+                                                                                                              'refused '
+                                                                                                              'with '
+                                                                                                              'a '
+                                                                                                              '403.\n'
+                                                                                                              '---\n'
+                                                                                                              'You '
+                                                                                                              'run '
+                                                                                                              'in '
+                                                                                                              'an '
+                                                                                                              'agentcage '
+                                                                                                              'cage: '
+                                                                                                              'your '
+                                                                                                              'only '
+                                                                                                              'way '
+                                                                                                              'out '
+                                                                                                              'is '
+                                                                                                              'its '
+                                                                                                              'gateway, '
+                                                                                                              'which '
+                                                                                                              'allows '
+                                                                                                              'a '
+                                                                                                              'few\n'
+                                                                                                              'hosts '
+                                                                                                              'and '
+                                                                                                              'refuses '
+                                                                                                              'the '
+                                                                                                              'rest '
+                                                                                                              '(a '
+                                                                                                              '403 '
+                                                                                                              'whose '
+                                                                                                              'JSON '
+                                                                                                              'says '
+                                                                                                              'why). '
+                                                                                                              'To '
+                                                                                                              'reach '
+                                                                                                              'another '
+                                                                                                              'host, '
+                                                                                                              'ask '
+                                                                                                              'for\n'
+                                                                                                              'it '
+                                                                                                              'and '
+                                                                                                              'say '
+                                                                                                              'why '
+                                                                                                              'the '
+                                                                                                              'task '
+                                                                                                              'needs '
+                                                                                                              'it:\n'
+                                                                                                              '\n'
+                                                                                                              '    '
+                                                                                                              'curl '
+                                                                                                              '-sS '
+                                                                                                              'https://agentcage.local/v1/allowlist    '
+                                                                                                              '# '
+                                                                                                              'what '
+                                                                                                              'you '
+                                                                                                              'may '
+                                                                                                              'reach, '
+                                                                                                              'and '
+                                                                                                              'may '
+                                                                                                              'ask '
+                                                                                                              'for\n'
+                                                                                                              '    '
+                                                                                                              'curl '
+                                                                                                              '-sS '
+                                                                                                              '-X '
+                                                                                                              'POST '
+                                                                                                              'https://agentcage.local/v1/allowlist/requests '
+                                                                                                              '\\\n'
+                                                                                                              '         '
+                                                                                                              '-d '
+                                                                                                              '\'{"domain": '
+                                                                                                              '"HOST", '
+                                                                                                              '"reason": '
+                                                                                                              '"WHY", '
+                                                                                                              '"ttl_seconds": '
+                                                                                                              "600}'\n"
+                                                                                                              '\n'
+                                                                                                              'The '
+                                                                                                              'answer '
+                                                                                                              'is '
+                                                                                                              'granted, '
+                                                                                                              'denied, '
+                                                                                                              'or '
+                                                                                                              'pending '
+                                                                                                              '(a '
+                                                                                                              'person '
+                                                                                                              'decides: '
+                                                                                                              'wait '
+                                                                                                              'for '
+                                                                                                              'it '
+                                                                                                              'with\n'
+                                                                                                              '`curl '
+                                                                                                              '-sS '
+                                                                                                              "'https://agentcage.local/v1/allowlist/requests/ID?wait=60'`). "
+                                                                                                              'The '
+                                                                                                              'refusals\n'
+                                                                                                              'you '
+                                                                                                              'met '
+                                                                                                              'are '
+                                                                                                              'at '
+                                                                                                              'https://agentcage.local/v1/denials. '
+                                                                                                              'Do '
+                                                                                                              'not '
+                                                                                                              'look '
+                                                                                                              'for '
+                                                                                                              'other '
+                                                                                                              'ways '
+                                                                                                              'past '
+                                                                                                              'the\n'
+                                                                                                              'gateway: '
+                                                                                                              'there '
+                                                                                                              'are '
+                                                                                                              'none, '
+                                                                                                              'and '
+                                                                                                              'every '
+                                                                                                              'attempt '
+                                                                                                              'is '
+                                                                                                              'recorded.\n'}},
+                                   'mask_credentials': True,
+                                   'unmask': []},
+                     'domains': {'mode': 'allowlist',
+                                 'allow': ['api.anthropic.com', 'api.openai.com'],
+                                 'block': [],
+                                 'passthrough': []},
+                     'ports': {'tcp': {'allow': [80, 443], 'passthrough': []},
+                               'udp': {'allow': []},
+                               'icmp': {'allow': False}},
+                     'secrets': {'backend': 'auto', 'allow_plaintext': False},
+                     'secret_injection': [{'env': 'ANTHROPIC_API_KEY',
+                                           'inject_to': ['api.anthropic.com'],
+                                           'inject_headers': True,
+                                           'inject_body': False,
+                                           'headers': []},
+                                          {'env': 'OPENAI_API_KEY',
+                                           'inject_to': ['api.openai.com'],
+                                           'inject_headers': True,
+                                           'inject_body': False,
+                                           'headers': []}],
+                     'relays': [],
+                     'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
+                     'max_request_body': 10485760,
+                     'entropy': {'enable': True,
+                                 'body_threshold': 7.0,
+                                 'body_min_bytes': 256,
+                                 'value_threshold': 5.5,
+                                 'value_min_bytes': 64,
+                                 'decoded_min_bytes': None,
+                                 'decoded_margin': None,
+                                 'header_min_bytes': None,
+                                 'header_exempt': None,
+                                 'media_action': None},
+                     'content_type': {'enable': True, 'base64_min_chars': 256, 'action': None},
+                     'inspectors': [],
+                     'agents': {'decider': {'enable': False,
+                                            'provider': 'anthropic',
+                                            'model': None,
+                                            'api_key': None,
+                                            'timeout_seconds': 30.0},
+                                'watcher': {'enable': False,
+                                            'provider': 'anthropic',
+                                            'model': None,
+                                            'api_key': None,
+                                            'timeout_seconds': 30.0,
+                                            'interval_seconds': 300,
+                                            'window_seconds': 600,
+                                            'auto_revoke': True}},
+                     'capture': {'enable_har': True,
+                                 'max_body_size': 1048576,
+                                 'max_file_size': 67108864,
+                                 'max_files': 5,
+                                 'include_domains': [],
+                                 'exclude_domains': []},
+                     'policy_api': {'enable': True,
+                                    'grantable': ['registry.npmjs.org',
+                                                  'pypi.org',
+                                                  'files.pythonhosted.org'],
+                                    'max_ttl_seconds': 3600,
+                                    'max_grants': 32,
+                                    'deciders': ['rules'],
+                                    'human_timeout_seconds': 300.0,
+                                    'requests_per_second': 1.0,
+                                    'burst': 5},
+                     'watcher': {'enable': True,
+                                 'action': 'revoke',
+                                 'escalate_after': 3,
+                                 'quarantine_seconds': 300.0,
+                                 'quarantine_max_seconds': 3600.0,
+                                 'model_hosts': [],
+                                 'budgets': {'window_seconds': 600.0,
+                                             'host_bytes': 16777216,
+                                             'model_host_bytes': 536870912,
+                                             'information_bytes': 49152,
+                                             'zone_names': 64,
+                                             'label_length': 40,
+                                             'label_entropy': 3.5,
+                                             'new_hosts': 16,
+                                             'beacon_requests': 8,
+                                             'beacon_jitter': 0.1,
+                                             'beacon_min_interval': 1.0,
+                                             'reassembly': True}},
+                     'dns_servers': [],
+                     'logging': {'level': 'warning'},
+                     'gateway': {'uplink': 'host',
+                                 'trusted_networks': [],
+                                 'upstream_ca_files': [],
+                                 'connect_timeout_seconds': 7,
+                                 'first_byte_timeout_seconds': 300.0,
+                                 'idle_timeout_seconds': 120.0}}
 
 FORMS['pi'] = {'name': '__NAME__',
                'isolation': 'auto',
@@ -987,6 +1266,7 @@ FORMS['pi'] = {'name': '__NAME__',
                                      'inject_headers': True,
                                      'inject_body': False,
                                      'headers': []}],
+               'relays': [],
                'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                'max_request_body': 10485760,
                'entropy': {'enable': True,
@@ -1088,6 +1368,7 @@ FORMS['ubuntu'] = {'name': '__NAME__',
                              'icmp': {'allow': False}},
                    'secrets': {'backend': 'auto', 'allow_plaintext': False},
                    'secret_injection': [],
+                   'relays': [],
                    'rate_limit': {'requests_per_second': 200.0, 'burst': 2000},
                    'max_request_body': 10485760,
                    'entropy': {'enable': True,

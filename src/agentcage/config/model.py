@@ -33,6 +33,7 @@ from agentcage.config.syntax import (
 from agentcage.domains import DomainPattern, parse_pattern
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.control.settings import PolicyApiSettings
+from agentcage.gateway.relays.settings import protocols as relay_protocols
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.watcher.settings import BudgetSettings, WatcherSettings
 from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
@@ -330,6 +331,34 @@ class SecretInjection(Strict):
     headers: list[Annotated[str, AfterValidator(_header_name)]] = Field(default_factory=list)
 
 
+def _relay_host(value: str) -> str:
+    name = syntax.domain_pattern(value)
+    if name.startswith("*."):
+        raise ValueError("a relay names one mail host, not a wildcard (e.g. imap.example.com)")
+    return name
+
+
+def _relay_ports(value: list[int]) -> list[int]:
+    known = relay_protocols().ports
+    for port in value:
+        if port not in known:
+            names = ", ".join(f"{p} ({k.name})" for p, k in sorted(known.items()))
+            raise ValueError(f"{port} is not a mail relay port; the relays speak {names}")
+    if len(set(value)) != len(value):
+        raise ValueError("a port is listed twice; keep one")
+    return value
+
+
+class Relay(Strict):
+    """A mail host the cage reaches through the gateway (IMAPS 993, SMTPS 465, submission
+    587), its login's credential the secret `secret`: the cage holds its placeholder, the
+    gateway swaps the value into the login toward this host alone."""
+
+    host: Annotated[str, AfterValidator(_relay_host)]
+    ports: Annotated[list[int], AfterValidator(_relay_ports), Field(min_length=1)]
+    secret: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
 class RateLimit(Strict):
     requests_per_second: Annotated[float, Field(gt=0)] = _GW.rate_per_second
     burst: Annotated[int, Field(ge=1)] = _GW.rate_burst
@@ -377,11 +406,9 @@ class LlmAgent(Strict):
 
 
 def _usable_agent(agent: LlmAgent, what: str) -> None:
-    """An enabled model of the gateway's own: a provider built, a model, a key of its own."""
+    """An enabled model of the gateway's own: a model, a key of its own."""
     if not agent.enable:
         return
-    if agent.provider == "openrouter":
-        raise ValueError("provider openrouter: not built yet; use anthropic or openai")
     if not agent.model:
         raise ValueError(f"model: required for the {what} (e.g. claude-haiku-4-5)")
     if not agent.api_key or not re.fullmatch(r"secret:[A-Za-z_][A-Za-z0-9_]*", agent.api_key):
@@ -522,6 +549,7 @@ class CageConfig(Strict):
     ports: Ports = Field(default_factory=Ports)
     secrets: Secrets = Field(default_factory=Secrets)
     secret_injection: list[SecretInjection] = Field(default_factory=list)
+    relays: list[Relay] = Field(default_factory=list)
     rate_limit: RateLimit = Field(default_factory=RateLimit)
     max_request_body: Annotated[int, Field(ge=1)] = _GW.max_request_body
     entropy: Entropy = Field(default_factory=Entropy)
@@ -558,6 +586,9 @@ class CageConfig(Strict):
                 raise ValueError(f"agents.{which}.api_key: {key} is injected into requests by "
                                  f"a secret_injection rule; the {which}'s key must be a secret "
                                  "of its own")
+            if agent.enable and any(r.secret == key for r in self.relays):
+                raise ValueError(f"agents.{which}.api_key: {key} is a mail relay's secret; "
+                                 f"the {which}'s key must be a secret of its own")
         if self.agents.watcher.enable and not self.watcher.enable:
             raise ValueError("agents.watcher (the re-reader) acts through the watcher: set "
                              "watcher.enable: true, or turn agents.watcher off")
@@ -567,13 +598,34 @@ class CageConfig(Strict):
     def _seed_placeholders(self) -> CageConfig:
         from agentcage.seeds import placeholder_names
 
-        rules = {r.env for r in self.secret_injection}
+        rules = self.placeholder_secrets()
         for path, seed in self.container.seed_files.items():
             for env in placeholder_names(seed.text if seed.text is not None else seed.merge):
                 if env not in rules:
                     raise ValueError(f"container.seed_files: {path} names the placeholder of "
-                                     f"{env}, which no secret_injection rule injects; add one")
+                                     f"{env}, which no secret_injection rule or relay injects; "
+                                     "add one")
         return self
+
+    @model_validator(mode="after")
+    def _relays(self) -> CageConfig:
+        seen: set[tuple[str, int]] = set()
+        for relay in self.relays:
+            for port in relay.ports:
+                if (relay.host, port) in seen:
+                    raise ValueError(f"relays: {relay.host} on port {port} is listed twice; "
+                                     "keep one")
+                seen.add((relay.host, port))
+        taken = sorted({port for _, port in seen} & set(self.ports.tcp.allow))
+        if taken:
+            raise ValueError(f"relays: port {taken[0]} is also in ports.tcp.allow, which sends "
+                             "it to the HTTP proxy; remove it from one of them")
+        return self
+
+    def placeholder_secrets(self) -> set[str]:
+        """The secrets whose placeholders the cage holds: every secret_injection rule's and
+        every mail relay's."""
+        return {r.env for r in self.secret_injection} | {r.secret for r in self.relays}
 
     def spec(self) -> CageSpec:
         """What the services and the backend take: made from the validated form (spec.py)."""

@@ -56,7 +56,8 @@ class CageSpec:
     files: tuple[tuple[str, str], ...]  # (cage path, text)
     # (cage path, "merge" | "text", content): merge's content is its object as JSON text
     seed_files: tuple[tuple[str, str, str], ...]
-    secret_env: tuple[str, ...]  # env names with an injection rule: placeholders in the cage
+    # env names with an injection rule or a mail relay: placeholders in the cage
+    secret_env: tuple[str, ...]
     mask_credentials: bool  # credential files in the host directories: empty in the cage
     unmask: tuple[str, ...]  # ...but these (relative paths)
     image: str | None  # an image whose files are the cage's root (backends/layers.py)
@@ -110,6 +111,8 @@ class CageSpec:
             capture=dict(doc["capture"]),
             policy_api=_policy_api(doc),
             watcher=_watcher(doc),
+            # (a form stored before the relays existed has none)
+            relays=tuple(dict(r) for r in doc.get("relays", ())),
         )
         return cls(
             document=doc,
@@ -125,7 +128,8 @@ class CageSpec:
             env=tuple(sorted(container["env"].items())),
             files=tuple(sorted(container["files"].items())),
             seed_files=tuple(seeds),
-            secret_env=tuple(sorted(r["env"] for r in rules)),
+            secret_env=tuple(sorted({r["env"] for r in rules}
+                                    | {r["secret"] for r in doc.get("relays", ())})),
             # (forms stored before masking existed have neither key: the defaults)
             mask_credentials=bool(container.get("mask_credentials", True)),
             unmask=tuple(container.get("unmask", ())),

@@ -20,6 +20,9 @@ The map, by role:
   `websocket`, `timeouts`, `faults` (fail closed), `reclaim` (memory given back), `messages`.
 - the records: `audit` and `auditmask` (audit.jsonl, credentials fingerprinted), `flowaudit`
   and `outcome` (a flow's records), `capture`, `recorder` and `snapshots` (capture.jsonl).
+- beside the proxy: `published` (a service of the cage reached from the host's loopback) and
+  `relays/` (the mail relays: IMAP and SMTP to the hosts cage.yaml's `relays` names, the
+  login's credential swapped in; see its `__init__`).
 - the policy: `policyholder` (domains.json, reloaded live; invalid: deny all) and `control/`
   (at run time: the policy API at agentcage.local, the grants and their ceiling, the deciders,
   the operator's channel, the cage's recent refusals; see its `__init__`).

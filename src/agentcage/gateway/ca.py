@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_FILE = "mitmproxy-ca.pem"  # key + certificate, the name mitmproxy looks for in its confdir
 CA_CERT_FILE = "mitmproxy-ca-cert.pem"
@@ -64,3 +64,40 @@ def install_ca(confdir: Path, key, cert) -> bool:
             f.write(data)
         os.replace(tmp, confdir / name)
     return True
+
+
+def load_ca(confdir: Path):
+    """The CA in force for the cage (the one `install_ca` wrote at its first start): its key
+    and certificate, from the confdir's key + certificate file."""
+    data = (confdir / CA_FILE).read_bytes()
+    key = serialization.load_pem_private_key(data, password=None)
+    cert = x509.load_pem_x509_certificate(data)
+    return key, cert
+
+
+def make_leaf(ca_key, ca_cert, host: str, days: int = 30) -> bytes:
+    """A server certificate for `host`, signed by the cage's CA, with a key of its own (never
+    the CA's): the key and the certificate as one PEM, for `ssl.SSLContext.load_cert_chain`.
+    The mail relays (gateway/relays) show it to the cage; mitmproxy makes its own."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                       critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                       critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return (key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption())
+            + cert.public_bytes(serialization.Encoding.PEM))

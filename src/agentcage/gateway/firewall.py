@@ -5,12 +5,14 @@ sockets are made in the uplink namespace (uplink.py), so nothing created in this
 reach the network, whatever a hook or a library does. On top of that, default deny in every
 direction: nothing is forwarded; IPv6 is dropped; from the cage only DNS to the resolver and TCP
 to the proxy (80/443/configured ports redirected to the transparent port, the regular proxy port
-by address) are accepted; everything else is counted and dropped. A self-loop guard refuses
+by address) and to the mail relays' ports on the gateway's address (relays/) are accepted;
+everything else is counted and dropped. A self-loop guard refuses
 connections from the gateway to its own proxy ports.
 """
 
 from __future__ import annotations
 
+from agentcage.gateway.relays.settings import relay_ports
 from agentcage.gateway.settings import GatewaySettings
 
 TABLE = "agentcage"
@@ -41,6 +43,11 @@ def render_ruleset(s: GatewaySettings) -> str:
     cage_ports = sorted({cage_port for _, _, cage_port in s.published_ports})
     published = (f"\n    oifname {cage} ip daddr {s.cage_address} tcp dport {_set(cage_ports)} "
                  "ct state new accept" if cage_ports and s.cage_address else "")
+    # mail relays (relays/): their ports, on the gateway's own address alone
+    relayed = relay_ports(s.relays)
+    relay_in = (f"\n    ip daddr {gw} tcp dport {_set(relayed)} accept" if relayed else "")
+    relay_input = (f"\n    iifname {cage} ip saddr {net} ip daddr {gw} tcp dport {_set(relayed)} "
+                   "accept" if relayed else "")
     return f"""table inet {TABLE}
 delete table inet {TABLE}
 table inet {TABLE} {{
@@ -54,7 +61,7 @@ table inet {TABLE} {{
     ct state established accept
     ip daddr {s.gateway_address} udp dport {s.dns_port} accept
     ip daddr {s.gateway_address} tcp dport {s.dns_port} accept
-    ip daddr {s.gateway_address} tcp dport {s.regular_port} accept
+    ip daddr {s.gateway_address} tcp dport {s.regular_port} accept{relay_in}
     tcp dport {ports} accept
     jump cage_drop
   }}
@@ -72,7 +79,7 @@ table inet {TABLE} {{
     iifname {cage} ip saddr {net} ip daddr {gw} udp dport {s.dns_port} accept
     iifname {cage} ip saddr {net} ip daddr {gw} tcp dport {s.dns_port} accept
     iifname {cage} ip saddr {net} tcp dport {s.transparent_port} ct status dnat accept
-    iifname {cage} ip saddr {net} ip daddr {gw} tcp dport {s.regular_port} accept
+    iifname {cage} ip saddr {net} ip daddr {gw} tcp dport {s.regular_port} accept{relay_input}
     iifname {cage} ct state established accept
     iifname {cage} jump cage_drop
     counter name input drop

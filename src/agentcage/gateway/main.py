@@ -35,6 +35,8 @@ from agentcage.gateway.policyholder import PolicyHolder
 from agentcage.gateway.proxy import build_master, preload
 from agentcage.gateway.published import PublishedPorts, PublishError
 from agentcage.gateway.ratelimit import HostRateLimiter
+from agentcage.gateway.relays.listener import MailRelays, relay_gate
+from agentcage.gateway.relays.tls import RelayTls
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
@@ -135,6 +137,7 @@ def arm(settings: GatewaySettings) -> Armour:
     does not load): the caller then does not serve, or on reload blocks everything."""
     from agentcage.inspect import build_chain
     from agentcage.secrets import Injector, Redactor, load_staged, rules_from_config
+    from agentcage.secrets.swap import CredentialSwap
 
     staged = load_staged(Path(settings.secrets_path)) if settings.secrets_path else ()
     rules = rules_from_config(settings.secret_injection)
@@ -148,7 +151,8 @@ def arm(settings: GatewaySettings) -> Armour:
     )
     return Armour(chain, Injector(rules, staged), Redactor(staged),
                   tuple(sorted({s.env for s in staged})),
-                  tuple(sorted(str(s.placeholder) for s in staged)))
+                  tuple(sorted(str(s.placeholder) for s in staged)),
+                  CredentialSwap(staged))
 
 
 class _Disarmed:
@@ -201,7 +205,7 @@ def _model_post(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAd
                 provider: str):
     """HTTPS to a model provider for the gateway's own calls (the decider, the re-reader):
     over the uplink, to that provider's host alone, checked as every upstream is (llm.py)."""
-    host = PROVIDERS[provider][0]
+    host = PROVIDERS[provider].host
     connector = UpstreamConnector(
         UpstreamResolver(settings.dns_servers, uplink), addresses,
         lambda name, port: None if (name, port) == (host, 443) else "not the model's provider",
@@ -232,6 +236,18 @@ def _rereader(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAddr
                     staged_key(settings.secrets_path, ws.llm_key),
                     _model_post(settings, uplink, addresses, ws.llm_provider),
                     audit.write_or_say)
+
+
+def _mail_relays(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAddressRule,
+                 armour, policy, audit) -> MailRelays:
+    """The mail relays of cage.yaml's `relays`: their own connector (to their hosts on their
+    ports alone, every address checked as the proxy's are), the cage CA's certificates."""
+    connector = UpstreamConnector(UpstreamResolver(settings.dns_servers, uplink), addresses,
+                                  relay_gate(settings.relays), settings.connect_timeout_seconds)
+    tls = RelayTls(Path(settings.confdir), (relay.host for relay in settings.relays),
+                   settings.upstream_ca_path)
+    return MailRelays(settings.relays, settings.gateway_address, connector, tls, armour, policy,
+                      audit, settings.max_request_body)
 
 
 async def serve(settings: GatewaySettings, uplink: Uplink,
@@ -297,6 +313,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         settings.gateway_address, live.current, audit_log.write,
         settings.blocked_dns_answer,
         served_here=frozenset({POLICY_API}) if api is not None else frozenset(),
+        relayed=frozenset(relay.host for relay in settings.relays),
     )
     resolver_thread = dns.ResolverThread(cage_resolver, settings.gateway_address,
                                          settings.dns_port)
@@ -313,6 +330,22 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
             resolver_thread.stop()
             if isinstance(e, PublishError):
                 raise SystemExit(f"agentcage-gateway: {e}") from None
+            raise
+
+    relays = None
+    if settings.relays:  # the mail relays (relays/): listening before the gateway is ready
+        relays = _mail_relays(settings, uplink, addresses, lambda: addon.armour, live.current,
+                              audit_log.write)
+        try:
+            await relays.start()
+        except BaseException as e:
+            await relays.close()
+            if published is not None:
+                await published.close()
+            resolver_thread.stop()
+            if isinstance(e, OSError):
+                raise SystemExit(f"agentcage-gateway: cannot listen for the mail relays: "
+                                 f"{e.strerror or e}") from None
             raise
 
     def ready() -> None:
@@ -368,7 +401,11 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
                 await task
         if published is not None:
             await published.close()
+        if relays is not None:
+            await relays.close()
         resolver_thread.stop()
+        if grants is not None:  # grants.json as the grants are at the end
+            grants.flush()
         with contextlib.suppress(FileNotFoundError):
             Path(settings.ready_path).unlink()
         if capture is not None:

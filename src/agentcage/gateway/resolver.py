@@ -1,7 +1,8 @@
 """The cage's DNS server. It never forwards a query: no name the agent chooses leaves the gateway.
 
 Allowed names get an A record pointing at the gateway itself (the proxy resolves the real
-upstream later, by itself, only for allowed names); every other name gets the sinkhole address
+upstream later, by itself, only for allowed names), and so do the mail relays' hosts (the
+relays listen on the gateway's address, see relays/); every other name gets the sinkhole address
 198.51.100.1 (or NXDOMAIN), at once. AAAA (IPv6 is off) and other types get an empty answer.
 Every query is audited with its decision before it is answered; one that cannot be audited
 gets SERVFAIL.
@@ -31,14 +32,18 @@ class CageResolver:
         audit: Callable[[AuditRecord], None],
         blocked_answer: str = "sinkhole",
         served_here: frozenset[str] = frozenset(),
+        relayed: frozenset[str] = frozenset(),
     ):
         """`served_here`: names the gateway answers itself (the policy API's): answered with
-        its own address, never looked up anywhere."""
+        its own address, never looked up anywhere. `relayed`: the mail relays' hosts, answered
+        with the gateway's address too (only their relay ports lead anywhere: the proxy's
+        policy still decides HTTP to them)."""
         self.gateway_address = gateway_address
         self.policy = policy
         self.audit = audit
         self.blocked_answer = blocked_answer
         self.served_here = served_here
+        self.relayed = relayed
 
     def answer(self, data: bytes) -> bytes | None:
         """The reply to one wire-format query (None: drop it, it is not DNS)."""
@@ -56,6 +61,8 @@ class CageResolver:
         try:
             if name in self.served_here:
                 allowed, reason = True, "the cage's policy API (answered by the gateway)"
+            elif name in self.relayed:
+                allowed, reason = True, "a mail relay of the cage (answered by the gateway)"
             else:
                 verdict = self.policy().decide(name)
                 allowed, reason = verdict.allowed, verdict.reason

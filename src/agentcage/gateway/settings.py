@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agentcage.gateway.capture import CaptureSettings
 from agentcage.gateway.control.settings import PolicyApiSettings
+from agentcage.gateway.relays.settings import RelaySettings
 from agentcage.gateway.watcher.settings import WatcherSettings
 from agentcage.inspect.settings import ContentTypeSettings, EntropySettings
 from agentcage.typed import from_mapping
@@ -81,6 +82,9 @@ class GatewaySettings:
     # made in the uplink namespace and relayed to the cage's address
     published_ports: tuple[tuple[str, int, int], ...] = ()
     cage_address: str = ""
+    # Mail relays (relays/): each a mail host the cage reaches on the gateway's address, on
+    # its ports (993, 465, 587), its login's credential the named secret
+    relays: tuple[RelaySettings, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -88,6 +92,8 @@ class GatewaySettings:
                            ("capture", CaptureSettings), ("policy_api", PolicyApiSettings),
                            ("watcher", WatcherSettings)):
             object.__setattr__(self, name, from_mapping(kind, getattr(self, name), name))
+        object.__setattr__(self, "relays", tuple(from_mapping(RelaySettings, relay, "relays")
+                                                 for relay in self.relays))
 
     @property
     def proxy_ports(self) -> tuple[int, int]:

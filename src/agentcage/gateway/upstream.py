@@ -122,6 +122,28 @@ class UpstreamConnector:
                 )
         return addrs[0]
 
+    async def dial(self, host: str, port: int) -> socket.socket:
+        """A TCP socket connected to host:port: the name checked and resolved (`target`), the
+        socket made in the uplink namespace, the connect bounded by `timeout`. The one way an
+        upstream connection is made: mitmproxy's (through `GatewayEventLoop`) and the mail
+        relays' (gateway/relays)."""
+        address = await self.target(host, port)
+        ip = parse_ip(address)
+        family = socket.AF_INET6 if ip is not None and ip.version == 6 else socket.AF_INET
+        sock = await self.uplink.socket(family, socket.SOCK_STREAM)
+        loop = asyncio.get_running_loop()
+        try:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await loop.sock_connect(sock, (address, port))
+            except TimeoutError:  # said in words: mitmproxy reports str(error), empty otherwise
+                raise TimeoutError(f"agentcage: connect to {host}:{port} ({address}) timed out "
+                                   f"after {self.timeout} s") from None
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
 
 class GatewayEventLoop(asyncio.SelectorEventLoop):
     """The event loop of the gateway process: every outbound TCP connection passes `connector`."""
@@ -135,17 +157,8 @@ class GatewayEventLoop(asyncio.SelectorEventLoop):
             raise UpstreamRefused("agentcage: only host:port connections are allowed")
         if kwargs.pop("local_addr", None) is not None:
             raise UpstreamRefused("agentcage: upstream connections choose no local address")
-        address = await self.connector.target(str(host), int(port))
-        ip = parse_ip(address)
-        family = socket.AF_INET6 if ip is not None and ip.version == 6 else socket.AF_INET
-        sock = await self.connector.uplink.socket(family, socket.SOCK_STREAM)
+        sock = await self.connector.dial(str(host), int(port))
         try:
-            try:
-                async with asyncio.timeout(self.connector.timeout):
-                    await self.sock_connect(sock, (address, int(port)))
-            except TimeoutError:  # said in words: mitmproxy reports str(error), empty otherwise
-                raise TimeoutError(f"agentcage: connect to {host}:{port} ({address}) timed out "
-                                   f"after {self.connector.timeout} s") from None
             return await super().create_connection(protocol_factory, sock=sock, **kwargs)
         except BaseException:
             sock.close()

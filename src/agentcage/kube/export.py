@@ -44,6 +44,9 @@ def check_exportable(spec: CageSpec) -> None:
     if spec.uid == layout.GATEWAY_UID:
         raise ConfigError(f"cage {spec.name}: uid {layout.GATEWAY_UID} is the gateway's in "
                           "the pod; its packets alone leave it. Choose another container.user")
+    if spec.gateway.get("relays"):
+        raise ConfigError(f"cage {spec.name}: relays are not exported to a pod yet (its "
+                          "fence passes the gateway's HTTP proxy alone); remove them to export")
 
 
 def _notes(spec: CageSpec) -> list[str]:

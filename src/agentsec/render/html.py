@@ -11,6 +11,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from agentsec.cage_watcher import watcher_line
 from agentsec.render.states import axis_cell
 
 
@@ -22,6 +23,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.globals["axis_cell"] = axis_cell
+    env.globals["watcher_line"] = watcher_line
     return env
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agentsec.cage_watcher import watcher_line
 from agentsec.render.states import axis_cell
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#])")
@@ -63,6 +64,18 @@ def _provenance(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _watcher(report: dict[str, Any]) -> list[str]:
+    watcher = report["target"].get("watcher")
+    if watcher is None:
+        return []
+    lines = ["## Watcher", "", md(watcher_line(watcher))]
+    if watcher["findings"]:
+        lines += ["", "| When | Budget | Host | What | Action |", "|---|---|---|---|---|"]
+        lines += [f"| {f['at']} | {md(f['budget'])} | {md(f['host'])} | {md(f['summary'])} "
+                  f"| {md(f['action'])} |" for f in watcher["findings"]]
+    return [*lines, ""]
+
+
 def _findings(summary: dict[str, Any]) -> list[str]:
     if not summary["findings"]:
         return ["No findings."]
@@ -98,6 +111,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         *_provenance(report),
         "",
+        *_watcher(report),
         "## Findings",
         "",
         *_findings(summary),

@@ -167,6 +167,7 @@ class PolicyApi:
         if asked.waiting_for == "llm":  # a model call: answered when it is (bounded)
             asked = await self.grants.wait(asked.id, self.settings.llm_timeout_seconds + 2) \
                 or asked
+        await self.grants.persisted()  # what the answer says is in grants.json when it is read
         self._answer(flow, 202 if asked.status == "pending" else 200, _shown(asked.as_dict()))
 
     def _allowlist(self) -> dict[str, Any]:

@@ -119,6 +119,8 @@ class OperatorChannel:
                 answer = {"ok": True, "result": apply(self.grants, op, target, self.watcher)}
             except (RequestError, ValueError, KeyError, TypeError) as e:
                 answer = {"ok": False, "error": str(e)}
+            if self.grants is not None:  # what the CLI reads next is what it asked for
+                self.grants.flush()
             stem = filename[: -len(REQUEST_SUFFIX)]
             with contextlib.suppress(OSError):
                 atomic_write(self.directory / (stem + ANSWER_SUFFIX), json.dumps(answer))

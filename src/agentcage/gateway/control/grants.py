@@ -18,7 +18,9 @@ audit record (direction `policy`).
 
 State is in memory, on the gateway's event loop; `grants.json` in the cage's state directory is
 its copy for the CLI (the gateway alone writes it; no value in it is secret). Grants in force
-survive a restart of the gateway; pending requests do not.
+survive a restart of the gateway; pending requests do not. The copy is written off the event
+loop (statecopy.py), one grant a line, each line made once: a decision among a thousand grants
+costs what one among a few does (bench/policy_api.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ from agentcage.gateway.control.ceiling import (
 )
 from agentcage.gateway.control.llm import DeciderFailed, LlmDecider
 from agentcage.gateway.control.settings import PolicyApiSettings
+from agentcage.gateway.statecopy import StateCopy
 from agentcage.policy import Policy
 
 FILE_VERSION = 1
@@ -68,14 +72,25 @@ class Grant:
     request_id: str
     reason: str  # the agent's, untrusted: shown, never acted on
 
-    def rule(self) -> DomainRule:
+    @cached_property
+    def _rule(self) -> DomainRule:
         return DomainRule(self.pattern, self.expires_at, GRANT_SOURCE + self.id)
+
+    def rule(self) -> DomainRule:
+        """Its rule in the policy in force (made once: the policy is remade at every change
+        of the grants, from every grant's rule)."""
+        return self._rule
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "domain": str(self.pattern), "scope": self.scope.as_dict(),
                 "granted_at": self.granted_at, "expires_at": self.expires_at,
                 "decided_by": self.decided_by, "request_id": self.request_id,
                 "reason": self.reason}
+
+    @cached_property
+    def json_line(self) -> str:
+        """Its entry in grants.json, made once (a grant never changes)."""
+        return json.dumps(self.as_dict())
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> Grant:
@@ -135,6 +150,9 @@ class Grants:
         self._tracked: dict[str, _Tracked] = {}
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.version = 0  # changes with every change of the grants in force
+        self._copy = None if path is None else StateCopy(
+            path, self._render, lambda e: self._record(AuditRecord(
+                "policy", "flagged", f"cannot write {path}: {e}", by="policy-api")))
         self._load()
 
     # ---- what is in force ----------------------------------------------------------------
@@ -279,8 +297,9 @@ class Grants:
         ended = [g for g in self._grants.values() if target in (g.id, str(g.pattern))]
         for grant in ended:
             self._end(grant, by, why, cut)
-        if ended:
+        if ended:  # on disk before anything else: a restart never brings a revoked grant back
             self._save()
+            self.flush()
         return ended
 
     def reinstate(self, grant: Grant, by: str = "operator") -> None:
@@ -399,16 +418,31 @@ class Grants:
                 "grants": [g.as_dict() for g in self.active()],
                 "requests": [r.as_dict() for r in self._requests.values()]}
 
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        from agentcage.state import atomic_write
+    def _render(self) -> str:
+        """document() as grants.json holds it: a grant or a request a line, the grants' lines
+        made once each (so a thousand grants cost a join, not a thousand encodings)."""
+        head = json.dumps({"version": FILE_VERSION, "updated_at": self._clock()})[:-1]
+        grants = ",\n".join(g.json_line for g in self.active())
+        requests = ",\n".join(json.dumps(r.as_dict()) for r in self._requests.values())
+        return f'{head}, "grants": [\n{grants}\n], "requests": [\n{requests}\n]}}\n'
 
-        try:
-            atomic_write(self.path, json.dumps(self.document(), indent=1) + "\n")
-        except OSError as e:  # the grants are in force either way; the CLI's listing lags
-            self._record(AuditRecord("policy", "flagged", f"cannot write {self.path}: {e}",
-                                     by="policy-api"))
+    def _save(self) -> None:
+        """The grants and requests changed: grants.json follows (statecopy.py). A write that
+        fails is audited; the grants are in force either way, and the CLI's listing lags."""
+        if self._copy is not None:
+            self._copy.changed()
+
+    async def persisted(self) -> None:
+        """Until grants.json holds every change made so far, the loop serving other flows
+        meanwhile (the agent's answer is sent after it)."""
+        if self._copy is not None:
+            await self._copy.written()
+
+    def flush(self) -> None:
+        """grants.json as the state is now, before returning (the operator's channel answers
+        after it; the gateway's last act)."""
+        if self._copy is not None:
+            self._copy.flush()
 
     def _load(self) -> None:
         """Grants in force from a previous run of the gateway (requests are not kept)."""
@@ -470,5 +504,6 @@ def _quarantined(policy: Policy, watcher: Any) -> Policy:
         return policy
     if policy.mode == "allowlist":
         kept = [r for r in policy.allow.rules if watcher.is_model_host(r.pattern.name)]
-        return Policy(mode="allowlist", allow=DomainMatcher(kept), block=policy.block)
+        return Policy(mode="allowlist", allow=DomainMatcher(kept), block=policy.block,
+                      quarantined=True)
     return Policy.deny_all("quarantined by the watcher")

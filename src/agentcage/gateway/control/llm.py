@@ -34,8 +34,22 @@ from typing import Any
 from agentcage.gateway.ratelimit import HostRateLimiter
 
 MAX_REASON, MAX_DENIALS, MAX_ANSWER = 1000, 10, 64 * 1024
-PROVIDERS = {"anthropic": ("api.anthropic.com", "/v1/messages"),
-             "openai": ("api.openai.com", "/v1/responses")}
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Where a provider's API is, and which of the three wire formats it speaks: `messages`
+    (Anthropic Messages), `responses` (OpenAI Responses), `chat` (OpenAI Chat Completions, as
+    OpenRouter speaks it)."""
+
+    host: str
+    path: str
+    wire: str
+
+
+PROVIDERS = {"anthropic": Provider("api.anthropic.com", "/v1/messages", "messages"),
+             "openai": Provider("api.openai.com", "/v1/responses", "responses"),
+             "openrouter": Provider("openrouter.ai", "/api/v1/chat/completions", "chat")}
 INSTRUCTIONS = (
     "You decide whether an AI coding agent running in a sandbox may reach one more internet "
     "host, for a while. The operator already allowed this host to be asked for; your job is "
@@ -88,19 +102,19 @@ async def call_tool(post: Post, provider: str, model: str, key: str, instruction
                     max_tokens: int = 300) -> dict[str, Any]:
     """Ask the model `question` and take its answer as exactly one call of `tool`: the call's
     input (not yet checked against the schema); ModelCallFailed on anything else."""
-    host, path = PROVIDERS[provider]
-    headers, body = _tool_request(provider, model, key, instructions, question, tool,
+    where = PROVIDERS[provider]
+    headers, body = _tool_request(where.wire, model, key, instructions, question, tool,
                                   max_tokens)
     try:
-        status, answer = await asyncio.wait_for(post(host, path, headers, body, timeout),
-                                                timeout)
+        status, answer = await asyncio.wait_for(
+            post(where.host, where.path, headers, body, timeout), timeout)
     except TimeoutError:
         raise ModelCallFailed(f"the model did not answer within {timeout:g} s") from None
     except OSError as e:
         raise ModelCallFailed(f"the model could not be reached ({e})") from None
     if status != 200:
         raise ModelCallFailed(f"the model's provider answered HTTP {status}")
-    return _tool_input(provider, answer, tool.name)
+    return _tool_input(where.wire, answer, tool.name)
 
 
 def untrusted(data: Any) -> str:
@@ -110,9 +124,10 @@ def untrusted(data: Any) -> str:
     return f"<untrusted>{text}</untrusted>"
 
 
-def _tool_request(provider: str, model: str, key: str, instructions: str, question: str,
+def _tool_request(wire: str, model: str, key: str, instructions: str, question: str,
                   tool: Tool, max_tokens: int) -> tuple[dict[str, str], bytes]:
-    if provider == "anthropic":
+    """The request body of one forced call of `tool`, in the provider's wire format."""
+    if wire == "messages":
         headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
         doc: dict[str, Any] = {
             "model": model, "max_tokens": max_tokens, "system": instructions,
@@ -120,33 +135,70 @@ def _tool_request(provider: str, model: str, key: str, instructions: str, questi
             "tools": [{"name": tool.name, "description": tool.description,
                        "input_schema": tool.schema}],
             "tool_choice": {"type": "tool", "name": tool.name}}
-    else:
+    elif wire == "responses":
         headers = {"authorization": f"Bearer {key}"}
         doc = {"model": model, "instructions": instructions, "input": question,
                "stream": False, "tool_choice": {"type": "function", "name": tool.name},
                "tools": [{"type": "function", "name": tool.name, "strict": True,
                           "description": tool.description, "parameters": tool.schema}]}
+    else:  # chat
+        headers = {"authorization": f"Bearer {key}"}
+        doc = {"model": model, "max_tokens": max_tokens, "stream": False,
+               "messages": [{"role": "system", "content": instructions},
+                            {"role": "user", "content": question}],
+               "tools": [{"type": "function", "function": {
+                   "name": tool.name, "description": tool.description,
+                   "parameters": tool.schema}}],
+               "tool_choice": {"type": "function", "function": {"name": tool.name}},
+               "parallel_tool_calls": False}
     return {**headers, "content-type": "application/json"}, json.dumps(doc).encode()
 
 
-def _tool_input(provider: str, answer: bytes, name: str) -> dict[str, Any]:
+def _arguments(value: Any) -> Any:
+    """A function call's arguments, which both OpenAI formats send as a JSON string: the
+    object it spells, or None for anything else (not a string, not JSON)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _items(doc: Any, key: str) -> list[dict[str, Any]]:
+    """The objects in the list `doc[key]`; nothing when there is no such list."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _calls(wire: str, doc: Any) -> list[tuple[Any, Any]]:
+    """Every tool call in an answer, as (name, input): whatever else it holds is ignored, and
+    the caller takes exactly one or none."""
+    if wire == "messages":
+        return [(b.get("name"), b.get("input")) for b in _items(doc, "content")
+                if b.get("type") == "tool_use"]
+    if wire == "responses":
+        return [(i.get("name"), _arguments(i.get("arguments"))) for i in _items(doc, "output")
+                if i.get("type") == "function_call"]
+    calls: list[tuple[Any, Any]] = []  # chat: every choice's calls (two choices: ambiguous)
+    for choice in _items(doc, "choices"):
+        message = choice.get("message")
+        made = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in made if isinstance(made, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or call.get("type") != "function":
+                calls.append((None, None))  # counted, and never the call asked for
+                continue
+            calls.append((function.get("name"), _arguments(function.get("arguments"))))
+    return calls
+
+
+def _tool_input(wire: str, answer: bytes, name: str) -> dict[str, Any]:
     try:
         doc = json.loads(answer)
     except ValueError:
         raise ModelCallFailed("the model's answer is not JSON") from None
-    calls = []
-    if provider == "anthropic":
-        for block in doc.get("content") or [] if isinstance(doc, dict) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                calls.append((block.get("name"), block.get("input")))
-    else:
-        for item in doc.get("output") or [] if isinstance(doc, dict) else []:
-            if isinstance(item, dict) and item.get("type") == "function_call":
-                try:
-                    arguments = json.loads(item.get("arguments") or "")
-                except ValueError:
-                    arguments = None
-                calls.append((item.get("name"), arguments))
+    calls = _calls(wire, doc)
     if len(calls) != 1 or calls[0][0] != name or not isinstance(calls[0][1], dict):
         raise ModelCallFailed(f"the model did not answer with exactly one call of {name}")
     return calls[0][1]
