@@ -25,6 +25,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from agentsec.integrity import python_blocks
 from agentsec.integrity.model import (
@@ -75,7 +76,10 @@ def dotted(node: ast.AST) -> str:
     return ""
 
 
+@lru_cache(maxsize=4096)
 def _ends(name: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether a dotted name is one of ``suffixes`` or ends with ``.`` and one. Pure, and asked
+    of the same few names (``self.assertEqual``, ``pytest.raises``) over and over: cached."""
     return any(name == s or name.endswith("." + s) for s in suffixes)
 
 
