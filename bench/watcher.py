@@ -33,6 +33,7 @@ from pathlib import Path
 HOST = "allowed.example.test"
 NOBODY = 65534  # the uid a cage of a root-owned project runs as (container.host_user: auto)
 TARGET_BUDGETS, TARGET_REREAD = 1.05, 2.0
+WARM_UP = 20  # requests a client sends to a new gateway before the one measured
 
 CLIENT = r'''
 import http.client, json, ssl, statistics, sys, time
@@ -62,6 +63,7 @@ def budgets(requests: int, rounds: int, same: bool = False) -> float:
     work = Path(tempfile.mkdtemp(prefix="agentcage-bench-"))
     os.chmod(work, 0o755)
     medians: dict[str, list[float]] = {"on": [], "off": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": []}  # the gateway's CPU time a request
     cpus = os.cpu_count() or 1
     client_cpu = ["taskset", "-c", str(cpus - 1)] if cpus > 1 else []
     try:
@@ -88,15 +90,20 @@ def budgets(requests: int, rounds: int, same: bool = False) -> float:
                 try:
                     supervisor = service.backend.runtime(service.store.cage("watch"))[
                         "gateway_pid"]
-                    for pid in (int(supervisor), *_children(int(supervisor))):
+                    gateway = (int(supervisor), *_children(int(supervisor)))
+                    for pid in gateway:
                         subprocess.run(["taskset", "-a", "-p", "-c", "0", str(pid)],
                                        capture_output=True, check=False)
-                    r = service.exec_capture("watch", [*client_cpu, "/usr/bin/python3", "-c",
-                                                       CLIENT, HOST, str(requests)],
-                                             timeout=600)
-                    if r.returncode != 0:
-                        raise SystemExit(f"client failed: {r.stderr.strip()[-600:]}")
+                    for n_requests in (WARM_UP, requests):  # the first: once-only work
+                        ran = _cpu_ns(gateway)
+                        r = service.exec_capture(
+                            "watch", [*client_cpu, "/usr/bin/python3", "-c", CLIENT, HOST,
+                                      str(n_requests)], timeout=600)
+                        ran = _cpu_ns(gateway) - ran
+                        if r.returncode != 0:
+                            raise SystemExit(f"client failed: {r.stderr.strip()[-600:]}")
                     medians[label].append(statistics.median(json.loads(r.stdout)[10:]))
+                    cpu[label].append(ran / 1e9 / requests)
                 finally:
                     service.destroy("watch")
     finally:
@@ -104,6 +111,12 @@ def budgets(requests: int, rounds: int, same: bool = False) -> float:
     on, off = statistics.median(medians["on"]), statistics.median(medians["off"])
     print(f"request, watcher off: {off * 1000:7.3f} ms (median of {rounds} rounds)")
     print(f"request, watcher on:  {on * 1000:7.3f} ms")
+    spread = {k: (min(v) * 1000, max(v) * 1000) for k, v in medians.items()}
+    print(f"  (the rounds' medians: off {spread['off'][0]:.2f}-{spread['off'][1]:.2f} ms, "
+          f"on {spread['on'][0]:.2f}-{spread['on'][1]:.2f} ms)")
+    cpu_on, cpu_off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
+    print(f"the gateway's CPU time a request: {cpu_off * 1e6:.0f} us without the watcher, "
+          f"{cpu_on * 1e6:.0f} us with it ({cpu_on / cpu_off:.3f}x)")
     ratio = on / off
     print(f"budgets: {ratio:.3f}x the gateway without them (target < {TARGET_BUDGETS})")
     return ratio
@@ -171,6 +184,15 @@ def _children(pid: int) -> list[int]:
         for child in (task / "children").read_text().split():
             found += [int(child), *_children(int(child))]
     return found
+
+
+def _cpu_ns(pids: tuple[int, ...]) -> int:
+    """The CPU time the processes' threads ran, so far (ns; the kernel's schedstat)."""
+    total = 0
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
 
 
 def reread_window(records: int = 10_000, repeats: int = 5) -> float:

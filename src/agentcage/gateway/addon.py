@@ -220,12 +220,14 @@ class CageAddon:
         except DecodeError as e:
             self._refuse(flow, f"request body cannot be inspected: {e}", "body", host=name)
             return
-        if (blocker := self._inspect(flow, "body", body, armour)) is not None:
+        headers = tuple(flow.request.headers.items(multi=True))  # as inspected, as watched
+        if (blocker := self._inspect(flow, "body", body, armour, headers)) is not None:
             self._refuse(flow, blocker.reason, blocker.inspector, host=name)
             return
         if self.recorder is not None:  # before injection changes the request
             self.recorder.request(flow, name, port, body, armour.redactor)
-        if self.watcher is not None and (why := self._tell_watcher(flow, body)) is not None:
+        if self.watcher is not None and (
+                why := self._tell_watcher(flow, body, headers=headers)) is not None:
             self._refuse(flow, why, "watcher", host=name)
             return
         injected = inject_request(flow, name, body, armour.injector)
@@ -419,13 +421,15 @@ class CageAddon:
             raise Refusal(why, "watcher")
 
     def _inspect(self, flow: http.HTTPFlow, phase: Phase, body: bytes | None = None,
-                 armour: Armour | None = None) -> Decision | None:
+                 armour: Armour | None = None,
+                 headers: tuple[tuple[str, str], ...] | None = None) -> Decision | None:
         st = state(flow)
         assert st.target is not None
         req = flow.request
+        if headers is None:
+            headers = tuple(req.headers.items(multi=True))
         view = RequestView(method=req.method, scheme=req.scheme, host=st.target[0],
-                           port=st.target[1], path=req.path,
-                           headers=tuple((k, v) for k, v in req.headers.items(multi=True)),
+                           port=st.target[1], path=req.path, headers=headers,
                            body=body if phase == "body" else None)
         ctx = InspectionContext(self.policy(), self.clock())
         decisions = run_chain((armour or self.armour).chain, view, ctx, phase=phase)

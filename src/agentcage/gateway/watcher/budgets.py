@@ -5,11 +5,10 @@ what was sent. Names looked up are `names.py`'s; a credential sent in pieces, `r
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import re
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Iterator
 
 from agentcage.gateway.watcher.events import Crossing, Sent
 from agentcage.gateway.watcher.settings import BudgetSettings
@@ -32,30 +31,32 @@ class HostBytes:
         self._sums: Recent[SlidingSum] = Recent(
             lambda: SlidingSum(settings.window_seconds), MAX_HOSTS)
 
-    def sent(self, s: Sent) -> Iterator[Crossing]:
+    def sent(self, s: Sent) -> tuple[Crossing, ...]:
         total = self._sums.get(s.host).add(s.at, s.size())
         budget = self.settings.model_host_bytes if s.model_host else self.settings.host_bytes
-        if total > budget and self.once.first(s.at, self.name, s.host):
-            yield Crossing(self.name, s.host,
-                           f"{_mib(total)} sent to {s.host} in "
-                           f"{self.settings.window_seconds:g} s (budget {_mib(budget)})",
-                           {"sent_bytes": int(total), "budget_bytes": budget,
-                            "window_seconds": self.settings.window_seconds,
-                            "model_host": s.model_host}, s.grant)
+        if total <= budget or not self.once.first(s.at, self.name, s.host):
+            return ()
+        return (Crossing(self.name, s.host,
+                         f"{_mib(total)} sent to {s.host} in "
+                         f"{self.settings.window_seconds:g} s (budget {_mib(budget)})",
+                         {"sent_bytes": int(total), "budget_bytes": budget,
+                          "window_seconds": self.settings.window_seconds,
+                          "model_host": s.model_host}, s.grant),)
 
 
 # Tokens: runs of the characters of hashes, ids and encodings. One the host sent (a package's
 # integrity hash, an ETag, a session id, a cursor) and the cage sends back is an echo: data
 # that came from the host is no information sent to it.
 TOKEN = re.compile(rb"[A-Za-z0-9+/_-]{8,}")
+TOKEN_SPLIT = re.compile(b"(" + TOKEN.pattern + b")")
 ECHO_MARK = b"\x00"
 MAX_ECHO_TOKENS = 4096  # per host
 MAX_ECHO_SCAN = 1024 * 1024  # of a response
 MAX_ECHO_STRIP = 64 * 1024  # of a request body; a larger one is measured as it is
 
-
-def _token_key(token: bytes) -> bytes:
-    return hashlib.blake2b(token, digest_size=8).digest()
+# A token is kept as its hash(): 64 bits of SipHash under the process's random key (never the
+# token itself), computed in C for a whole list of tokens at once. A request with no echo in
+# it, most of them, costs one findall and one set test: no Python code runs per token.
 
 
 class _Stream:
@@ -69,26 +70,37 @@ class _Stream:
         self.compressor = zlib.compressobj(6, zlib.DEFLATED, 15, 8)
         self.sum = SlidingSum(window)
         self.grant: str | None = None
-        self.echoes: OrderedDict[bytes, None] = OrderedDict()  # token digests, not tokens
+        self.echoes: dict[int, None] = {}  # hashes of tokens, oldest first
 
     def received(self, body: bytes) -> None:
-        for m in TOKEN.finditer(body, 0, min(len(body), MAX_ECHO_SCAN)):
-            self.echoes[_token_key(m.group())] = None
-        while len(self.echoes) > MAX_ECHO_TOKENS:
-            self.echoes.popitem(last=False)
+        echoes = self.echoes
+        echoes.update(dict.fromkeys(map(hash, TOKEN.findall(body, 0, MAX_ECHO_SCAN))))
+        if len(echoes) > MAX_ECHO_TOKENS:  # the oldest forgotten (a token seen again stays put)
+            self.echoes = dict(itertools.islice(echoes.items(),
+                                                len(echoes) - MAX_ECHO_TOKENS, None))
 
     def information(self, head: bytes, body: bytes) -> int:
-        if self.echoes:
-            head = self._strip(head)
-            if len(body) <= MAX_ECHO_STRIP:
-                body = self._strip(body)
+        """The compressed size of a request, what the host sent it first stripped out. One
+        call of the compressor (deflate's output does not depend on how its input is cut),
+        and one search for tokens, over the head and a body of up to MAX_ECHO_STRIP bytes
+        (no token spans the two: a head ends with a blank line)."""
         c = self.compressor
-        return len(c.compress(head)) + len(c.compress(body)) + len(c.flush(zlib.Z_SYNC_FLUSH))
+        if len(body) <= MAX_ECHO_STRIP:
+            data = head + body
+            amount = len(c.compress(self._strip(data) if self.echoes else data))
+        else:
+            amount = (len(c.compress(self._strip(head) if self.echoes else head))
+                      + len(c.compress(body)))
+        return amount + len(c.flush(zlib.Z_SYNC_FLUSH))
 
     def _strip(self, data: bytes) -> bytes:
         echoes = self.echoes
-        return TOKEN.sub(lambda m: ECHO_MARK if _token_key(m.group()) in echoes else m.group(),
-                         data)
+        pieces = TOKEN_SPLIT.split(data)  # between the tokens, a token, between, ...
+        tokens = pieces[1::2]
+        if echoes.keys().isdisjoint(map(hash, tokens)):
+            return data
+        pieces[1::2] = [ECHO_MARK if hash(t) in echoes else t for t in tokens]
+        return b"".join(pieces)
 
 
 class Information:
@@ -103,9 +115,9 @@ class Information:
         self._streams: Recent[_Stream] = Recent(
             lambda: _Stream(settings.window_seconds), MAX_HOSTS)
 
-    def sent(self, s: Sent) -> Iterator[Crossing]:
+    def sent(self, s: Sent) -> tuple[Crossing, ...]:
         if s.model_host:
-            return
+            return ()
         stream = self._streams.get(s.host)
         stream.grant = s.grant
         amount = stream.information(s.head(), s.body)
@@ -113,18 +125,17 @@ class Information:
         total = self.total.add(s.at, amount)
         budget = self.settings.information_bytes
         if total <= budget or not self.once.first(s.at, self.name, "*"):
-            return
+            return ()
         # the finding is about the host that carried the most of it
         top, top_stream = max(self._streams.items(), key=lambda kv: kv[1].sum.value(s.at))
-        yield Crossing(self.name, top,
-                           f"{_mib(total)} of information sent in "
-                           f"{self.settings.window_seconds:g} s (budget {_mib(budget)}), "
-                           f"most of it to {top}",
-                           {"information_bytes": int(total), "budget_bytes": budget,
-                            "host_information_bytes": int(top_stream.sum.value(s.at)),
-                            "window_seconds": self.settings.window_seconds},
-                           top_stream.grant)
-
+        return (Crossing(self.name, top,
+                         f"{_mib(total)} of information sent in "
+                         f"{self.settings.window_seconds:g} s (budget {_mib(budget)}), "
+                         f"most of it to {top}",
+                         {"information_bytes": int(total), "budget_bytes": budget,
+                          "host_information_bytes": int(top_stream.sum.value(s.at)),
+                          "window_seconds": self.settings.window_seconds},
+                         top_stream.grant),)
 
     def received(self, host: str, body: bytes) -> None:
         """What `host` answered (its tokens, which the cage may send back as echoes)."""
@@ -142,22 +153,25 @@ class Beacon:
         self._times: Recent[deque[float]] = Recent(
             lambda: deque(maxlen=settings.beacon_requests), MAX_HOSTS)
 
-    def sent(self, s: Sent) -> Iterator[Crossing]:
+    def sent(self, s: Sent) -> tuple[Crossing, ...]:
         times = self._times.get(s.host)
         times.append(s.at)
         if len(times) < self.settings.beacon_requests:
-            return
-        gaps = [b - a for a, b in zip(times, list(times)[1:], strict=False)]
-        mean = sum(gaps) / len(gaps)
+            return ()
+        # the mean interval, from the ends alone: most traffic is too fast for a beacon, and
+        # is told so without the list of its intervals
+        mean = (times[-1] - times[0]) / (len(times) - 1)
         if mean < self.settings.beacon_min_interval:
-            return
+            return ()
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         spread = (max(gaps) - min(gaps)) / mean
-        if spread <= self.settings.beacon_jitter and self.once.first(s.at, self.name, s.host):
-            yield Crossing(self.name, s.host,
-                           f"{len(times)} requests to {s.host} every {mean:.1f} s "
-                           f"(spread {spread:.0%})",
-                           {"requests": len(times), "interval_seconds": round(mean, 3),
-                            "spread": round(spread, 3)}, s.grant)
+        if spread > self.settings.beacon_jitter or not self.once.first(s.at, self.name, s.host):
+            return ()
+        return (Crossing(self.name, s.host,
+                         f"{len(times)} requests to {s.host} every {mean:.1f} s "
+                         f"(spread {spread:.0%})",
+                         {"requests": len(times), "interval_seconds": round(mean, 3),
+                          "spread": round(spread, 3)}, s.grant),)
 
 
 class NewHosts:
@@ -171,17 +185,18 @@ class NewHosts:
         self._new = SlidingSet(settings.window_seconds)
         self._known: OrderedDict[str, None] = OrderedDict()
 
-    def sent(self, s: Sent) -> Iterator[Crossing]:
+    def sent(self, s: Sent) -> tuple[Crossing, ...]:
         if s.grant is None or s.host in self._known:
-            return
+            return ()
         self._known[s.host] = None
         if len(self._known) > 4096:
             self._known.popitem(last=False)
         count = self._new.add(s.at, s.host)
-        if count > self.settings.new_hosts and self.once.first(s.at, self.name, s.grant):
-            yield Crossing(self.name, s.host,
-                           f"{count} new hosts reached through runtime grants in "
-                           f"{self.settings.window_seconds:g} s "
-                           f"(budget {self.settings.new_hosts})",
-                           {"new_hosts": count, "budget": self.settings.new_hosts,
-                            "window_seconds": self.settings.window_seconds}, s.grant)
+        if count <= self.settings.new_hosts or not self.once.first(s.at, self.name, s.grant):
+            return ()
+        return (Crossing(self.name, s.host,
+                         f"{count} new hosts reached through runtime grants in "
+                         f"{self.settings.window_seconds:g} s "
+                         f"(budget {self.settings.new_hosts})",
+                         {"new_hosts": count, "budget": self.settings.new_hosts,
+                          "window_seconds": self.settings.window_seconds}, s.grant),)

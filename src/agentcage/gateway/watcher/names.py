@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
 
 from agentcage.domains import is_public_suffix
 from agentcage.gateway.watcher.events import Crossing
@@ -54,26 +53,29 @@ class ZoneNames:
         self.settings, self.once = settings, once
         self._zones: Recent[SlidingSet] = Recent(
             lambda: SlidingSet(settings.window_seconds), MAX_ZONES)
-        self._zone_of: dict[str, str] = {}  # told every request's host: each name once
+        # told every request's host: each name's zone and odd label worked out once
+        self._names: dict[str, tuple[str, tuple[int, float] | None]] = {}
 
-    def named(self, name: str, at: float, grant: str | None = None) -> Iterator[Crossing]:
-        zone = self._zone_of.get(name)
-        if zone is None:
-            if len(self._zone_of) > 8192:
-                self._zone_of.clear()
-            zone = self._zone_of[name] = zone_of(name)
+    def named(self, name: str, at: float, grant: str | None = None) -> tuple[Crossing, ...]:
+        known = self._names.get(name)
+        if known is None:
+            if len(self._names) > 8192:
+                self._names.clear()
+            known = self._names[name] = (zone_of(name), odd_label(name, self.settings))
+        zone, odd = known
         count = self._zones.get(zone).add(at, name)
+        found: tuple[Crossing, ...] = ()
         if count > self.settings.zone_names and self.once.first(at, self.name, zone):
-            yield Crossing(self.name, zone,
-                           f"{count} distinct names under {zone} in "
-                           f"{self.settings.window_seconds:g} s "
-                           f"(budget {self.settings.zone_names})",
-                           {"names": count, "budget": self.settings.zone_names,
-                            "window_seconds": self.settings.window_seconds}, grant)
-        odd = odd_label(name, self.settings)
+            found = (Crossing(self.name, zone,
+                              f"{count} distinct names under {zone} in "
+                              f"{self.settings.window_seconds:g} s "
+                              f"(budget {self.settings.zone_names})",
+                              {"names": count, "budget": self.settings.zone_names,
+                               "window_seconds": self.settings.window_seconds}, grant),)
         if odd is not None and self.once.first(at, "label", zone):
             # the label itself is what may carry data: only its shape is told
-            yield Crossing("label", zone,
-                           f"a name under {zone} has a label of {odd[0]} characters at "
-                           f"{odd[1]} bits per character",
-                           {"label_length": odd[0], "label_entropy": odd[1]}, grant)
+            found += (Crossing("label", zone,
+                               f"a name under {zone} has a label of {odd[0]} characters at "
+                               f"{odd[1]} bits per character",
+                               {"label_length": odd[0], "label_entropy": odd[1]}, grant),)
+        return found

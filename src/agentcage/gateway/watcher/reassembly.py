@@ -11,9 +11,10 @@ is not a drip), nor are the model hosts' (the conversation itself).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from urllib.parse import parse_qsl, unquote
 
 from agentcage.gateway.watcher.events import Crossing, Sent
@@ -33,19 +34,29 @@ ORDINARY_HEADERS = frozenset((
 ))
 
 
-def fields_of(s: Sent, with_body: bool) -> Iterator[tuple[str, str]]:
+PATH_KINDS = tuple(f"path segment {i + 1}" for i in range(MAX_FIELDS))
+
+
+def fields_of(s: Sent, with_body: bool) -> Iterable[tuple[str, str]]:
     """(kind of field, value) of a request; the kind is how the field is told in a finding
-    (never its name when the cage chose it: a name can carry data too)."""
+    (never its name when the cage chose it: a name can carry data too). Told of every
+    request: the request line and headers are split without a generator, and without
+    urllib's decoding when there is nothing to decode (the same pairs)."""
     path, _, query = s.target.partition("?")
-    for i, segment in enumerate(p for p in path.split("/") if p):
-        yield f"path segment {i + 1}", unquote(segment)
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        yield "query parameter " + _key(key), value
-    for key, value in s.headers:
-        if key.lower() not in ORDINARY_HEADERS:
-            yield "header " + _key(key.lower()), value
+    segments = [p for p in path.split("/") if p][:MAX_FIELDS]  # no more are looked at
+    fields = [(kind, unquote(p) if "%" in p else p)
+              for kind, p in zip(PATH_KINDS, segments, strict=False)]
+    if query:
+        if "%" in query or "+" in query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+        else:
+            pairs = [(k, v) for k, _, v in (f.partition("=") for f in query.split("&") if f)]
+        fields += [("query parameter " + _key(k), v) for k, v in pairs]
+    fields += [("header " + _key(k), v) for k, v in ((k.lower(), v) for k, v in s.headers)
+               if k not in ORDINARY_HEADERS]
     if with_body and s.body and len(s.body) <= MAX_BODY:
-        yield from _body_fields(s.body)
+        return itertools.chain(fields, _body_fields(s.body))
+    return fields
 
 
 def _key(name: str) -> str:
@@ -110,21 +121,22 @@ class Reassembly:
         self.patterns, self.once = patterns, once
         self._hosts: Recent[_Host] = Recent(_Host, MAX_HOSTS)
 
-    def sent(self, s: Sent) -> Iterator[Crossing]:
+    def sent(self, s: Sent) -> list[Crossing]:
         host = self._hosts.get(s.host)
         new_body = not s.model_host and host.last_body != s.body
         if new_body and len(s.body) <= MAX_BODY:
             host.last_body = s.body
-        for n, (kind, value) in enumerate(fields_of(s, with_body=new_body)):
-            if n >= MAX_FIELDS:
-                break
-            field = host.fields.get(kind)
+        found: list[Crossing] = []
+        fields = host.fields
+        for kind, value in itertools.islice(fields_of(s, with_body=new_body), MAX_FIELDS):
+            field = fields.get(kind)
             if value == field.last or not value:
                 continue
             field.last = value
             field.tail = (field.tail + value)[-TAIL:]
             field.pieces.append(len(value))
-            yield from self._search(s, kind, field, value)
+            found += self._search(s, kind, field, value)
+        return found
 
     def _search(self, s: Sent, kind: str, field: _Field, piece: str) -> Iterator[Crossing]:
         tail = field.tail.encode("utf-8", "surrogateescape")

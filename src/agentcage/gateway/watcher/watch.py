@@ -87,6 +87,7 @@ class Watcher:
         self.counts: dict[str, int] = {}
         self.revoked: dict[str, Grant] = {}  # grants the watcher revoked: the operator's undo
         self._connections: OrderedDict[str, Any] = OrderedDict()  # id -> client connection
+        self._newest = ""  # the id of the connection tracked last
         self._dirty, self._saved_at = False, 0.0
         self.last_scan: dict[str, Any] | None = None  # the re-reader's (reread.py)
         self.reader: Any = None  # the re-reader, when there is one (set by the gateway)
@@ -125,13 +126,14 @@ class Watcher:
             self._track(connection)
         with self._lock:
             crossings = [c for unit in self.units for c in unit.sent(s)]
-            crossings += list(self.names.named(s.host, s.at, s.grant))
+            crossings += self.names.named(s.host, s.at, s.grant)
         self._dirty = True
-        revoked = False
-        for crossing in crossings:
-            revoked |= self._act(crossing, s.flow) and crossing.grant == s.grant
-        if revoked:
-            return f"the watcher revoked grant {s.grant}: it carried too much"
+        if crossings:
+            revoked = False
+            for crossing in crossings:
+                revoked |= self._act(crossing, s.flow) and crossing.grant == s.grant
+            if revoked:
+                return f"the watcher revoked grant {s.grant}: it carried too much"
         return self.refusal(s.host)
 
     def received(self, host: str, body: bytes) -> None:
@@ -265,6 +267,7 @@ class Watcher:
         if change.what == "quarantined":
             cut = self._cut(list(self._connections.values()))
             self._connections.clear()
+            self._newest = ""
         reasons = {
             "quarantined": f"quarantined: everything but the model's hosts refused for "
                            f"{(change.until or 0) - self._clock():.0f} s "
@@ -280,6 +283,9 @@ class Watcher:
         self._save()
 
     def _track(self, connection: Any) -> None:
+        if connection.id == self._newest:  # most requests: the connection of the last one
+            return
+        self._newest = connection.id
         self._connections[connection.id] = connection
         self._connections.move_to_end(connection.id)
         while len(self._connections) > TRACKED_CONNECTIONS:
