@@ -4,10 +4,14 @@ test_watcher_world.py's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import string
+import zlib
+
+import pytest
 
 from agentcage.gateway.watcher.budgets import Beacon, HostBytes, Information, NewHosts
 from agentcage.gateway.watcher.events import Sent
@@ -15,6 +19,7 @@ from agentcage.gateway.watcher.ladder import Ladder
 from agentcage.gateway.watcher.names import ZoneNames, odd_label, zone_of
 from agentcage.gateway.watcher.reassembly import Reassembly
 from agentcage.gateway.watcher.settings import BudgetSettings, WatcherSettings
+from agentcage.gateway.watcher.watch import Watcher
 from agentcage.gateway.watcher.windows import Once, SlidingSet, SlidingSum
 from agentcage.inspect.patterns import load_patterns
 
@@ -108,6 +113,72 @@ def test_the_model_hosts_are_not_held_to_the_information_budget():
     events = [sent("api.anthropic.com", body=os.urandom(4096), at=i, model_host=True)
               for i in range(100)]
     assert crossings(unit, events) == []
+
+
+def test_requests_measured_later_cross_where_measured_at_once():
+    """The information budget may measure a request after it has left (`settle`) when it
+    cannot cross the budget: the amounts, the crossing and the request it stops are those of
+    measuring every request at once, whatever answers come in between."""
+    rng = random.Random(7)
+    token = "".join(rng.choices(string.ascii_letters, k=24))
+    events = []
+    for i in range(1500):
+        host = rng.choice(["a.example.test", "b.example.test", "c.example.test"])
+        if rng.random() < 0.3:  # an answer, whose tokens the cage may send back
+            events.append(("received", host, json.dumps({"etag": token, "n": i}).encode()))
+            continue
+        body = rng.choice([rng.randbytes(rng.randint(50, 400)), token.encode(),
+                           json.dumps({"q": "status", "i": i % 5}).encode()])
+        events.append(("sent", sent(host, f"/v1/x?i={i % 11}", body=body, at=i * 0.5,
+                                    grant=rng.choice([None, "g1"]))))
+
+    def run(settle_each: bool) -> tuple[list, int]:
+        unit = Information(B, Once(B.window_seconds))
+        found = []
+        for i, event in enumerate(events):
+            if event[0] == "received":
+                unit.received(event[1], event[2])
+            else:
+                found += [(i, c) for c in unit.sent(event[1])]
+            # at once, or when the gateway's loop comes round now and then
+            if settle_each or rng.random() < 0.05:
+                unit.settle()
+        return found, int(unit.total.value(len(events) * 0.5))
+
+    at_once, total = run(settle_each=True)
+    assert at_once and total > B.information_bytes  # the drip crosses
+    later = run(settle_each=False)
+    assert later == (at_once, total)
+
+
+class _BrokenCompressor:
+    def compress(self, data: bytes) -> bytes:
+        raise zlib.error("injected fault")
+
+
+def test_a_measurement_that_fails_after_its_request_left_stops_the_next_request():
+    """In the gateway a request that cannot cross the information budget is measured on the
+    loop after its hook returned. When that fails it is audited, and the next request waits
+    for it: it fails again, and the gateway refuses that request (fail closed)."""
+    audit: list = []
+    watcher = Watcher(WatcherSettings(), audit.append, load_patterns())
+
+    async def go() -> None:
+        assert watcher.sent(sent(target="/a", body=b"one")) is None  # the control
+        assert watcher.information.owed  # measured once the hook has returned
+        await asyncio.sleep(0)
+        assert not watcher.information.owed
+        stream, = [st for _, st in watcher.information._streams.items()]
+        stream.compressor = _BrokenCompressor()
+        assert watcher.sent(sent(target="/b", body=b"two")) is None  # it has left
+        await asyncio.sleep(0)
+        assert [r.reason for r in audit if r.decision == "flagged"] == [
+            "cannot measure the information sent (error: injected fault); the next request "
+            "waits for it"]
+        with pytest.raises(zlib.error):
+            watcher.sent(sent(target="/c", body=b"three"))
+
+    asyncio.run(go())
 
 
 # ---- beacons and new hosts -----------------------------------------------------------------

@@ -15,6 +15,7 @@ from agentcage.gateway.watcher.settings import BudgetSettings
 from agentcage.gateway.watcher.windows import Once, Recent, SlidingSet, SlidingSum
 
 MAX_HOSTS = 256  # hosts followed at once; the least recent is forgotten past that
+MAX_OWED = 64  # requests and answers the information budget measures later, at most
 
 
 def _mib(n: float) -> str:
@@ -103,43 +104,107 @@ class _Stream:
         return b"".join(pieces)
 
 
+def _deflate_bound(n: int) -> int:
+    """The most `n` bytes can come to through the compressor, flush included: deflate emits
+    each block stored when coding would make it larger (5 bytes a block); an eighth, for
+    fixed codes of bytes over 143, plus the flush and the header, is a margin over that."""
+    return n + (n >> 3) + 64
+
+
 class Information:
     """Information sent per window to all hosts but the model's, summed: random material adds
-    up, even when every request is small and passes every inspector on its own."""
+    up, even when every request is small and passes every inspector on its own.
+
+    A request that cannot cross the budget, even if nothing of it compressed (the window's
+    total, what is owed and its own deflate bound within the budget), is owed: its
+    compression may wait until `settle`, which the gateway calls once the request has left
+    (watch.py), while its answer is awaited; so may the reading of an answer's tokens, after
+    the answer has gone to the cage. Everything owed is settled, in the order it came, before
+    the budget is told a request that may cross it, or read; so the amounts, the findings and
+    the requests they stop are those of measuring each at once."""
 
     name = "information"
 
     def __init__(self, settings: BudgetSettings, once: Once):
         self.settings, self.once = settings, once
-        self.total = SlidingSum(settings.window_seconds)
+        self._total = SlidingSum(settings.window_seconds)
         self._streams: Recent[_Stream] = Recent(
             lambda: _Stream(settings.window_seconds), MAX_HOSTS)
+        # sent (host, grant, head, body, at) and received (host, body), not yet measured
+        self._owed: deque[tuple[str, str | None, bytes, bytes, float] | tuple[str, bytes]] = (
+            deque())
+        self._owed_bound = 0  # the most the requests owed can come to
+        self._owed_answers = 0  # bytes of the answers owed
+
+    @property
+    def owed(self) -> bool:
+        return bool(self._owed)
+
+    @property
+    def total(self) -> SlidingSum:
+        """The information sent in the window (everything owed settled first)."""
+        self.settle()
+        return self._total
 
     def sent(self, s: Sent) -> tuple[Crossing, ...]:
         if s.model_host:
             return ()
-        stream = self._streams.get(s.host)
-        stream.grant = s.grant
-        amount = stream.information(s.head(), s.body)
-        stream.sum.add(s.at, amount)
-        total = self.total.add(s.at, amount)
+        head = s.head()
+        bound = _deflate_bound(len(head) + len(s.body))
+        if len(self._owed) < MAX_OWED and (self._total.value(s.at) + self._owed_bound + bound
+                                             <= self.settings.information_bytes):
+            self._owed.append((s.host, s.grant, head, s.body, s.at))
+            self._owed_bound += bound
+            return ()
+        self.settle()
+        return self._measure(s.host, s.grant, head, s.body, s.at)
+
+    def received(self, host: str, body: bytes) -> None:
+        """What `host` answered (its tokens, which the cage may send back as echoes): owed
+        too, after the requests owed, which were sent before it."""
+        if len(self._owed) >= MAX_OWED or self._owed_answers >= MAX_ECHO_SCAN:
+            self.settle()
+        self._owed.append((host, body))
+        self._owed_answers += len(body)
+
+    def settle(self) -> None:
+        """Measure what is owed, in order (none of it can cross the budget)."""
+        owed = self._owed
+        while owed:
+            event = owed[0]
+            if len(event) == 2:
+                self._streams.get(event[0]).received(event[1])
+            else:
+                host, grant, head, body, at = event
+                crossed = self._measure(host, grant, head, body, at)
+                assert not crossed, "an owed request crossed the information budget"
+            # taken off once done: a failure leaves it owed, and the next tell fails too
+            owed.popleft()
+            if len(event) == 2:
+                self._owed_answers -= len(event[1])
+            else:
+                self._owed_bound -= _deflate_bound(len(event[2]) + len(event[3]))
+
+    def _measure(self, host: str, grant: str | None, head: bytes, body: bytes,
+                 at: float) -> tuple[Crossing, ...]:
+        stream = self._streams.get(host)
+        stream.grant = grant
+        amount = stream.information(head, body)
+        stream.sum.add(at, amount)
+        total = self._total.add(at, amount)
         budget = self.settings.information_bytes
-        if total <= budget or not self.once.first(s.at, self.name, "*"):
+        if total <= budget or not self.once.first(at, self.name, "*"):
             return ()
         # the finding is about the host that carried the most of it
-        top, top_stream = max(self._streams.items(), key=lambda kv: kv[1].sum.value(s.at))
+        top, top_stream = max(self._streams.items(), key=lambda kv: kv[1].sum.value(at))
         return (Crossing(self.name, top,
                          f"{_mib(total)} of information sent in "
                          f"{self.settings.window_seconds:g} s (budget {_mib(budget)}), "
                          f"most of it to {top}",
                          {"information_bytes": int(total), "budget_bytes": budget,
-                          "host_information_bytes": int(top_stream.sum.value(s.at)),
+                          "host_information_bytes": int(top_stream.sum.value(at)),
                           "window_seconds": self.settings.window_seconds},
                          top_stream.grant),)
-
-    def received(self, host: str, body: bytes) -> None:
-        """What `host` answered (its tokens, which the cage may send back as echoes)."""
-        self._streams.get(host).received(body)
 
 
 class Beacon:

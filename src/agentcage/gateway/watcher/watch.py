@@ -2,8 +2,10 @@
 answer into findings, and acts on them, only ever narrowing (see the package's docstring).
 
 Runs on the proxy's event loop; the resolver's thread tells it names too (under a lock), and
-what those cross is acted on at the next tick, on the loop (a grant is revoked there). Its
-state for the CLI is watcher.json in the cage's state directory (the gateway alone writes it;
+what those cross is acted on at the next tick, on the loop (a grant is revoked there). What
+the information budget may measure later (a request that cannot cross it, an answer) is
+measured on the loop just after the hook that told it returned: once the request has left,
+while its answer is awaited (budgets.Information). Its state for the CLI is watcher.json in the cage's state directory (the gateway alone writes it;
 nothing in it is secret: hosts, amounts, grant ids).
 """
 
@@ -89,6 +91,8 @@ class Watcher:
         self._connections: OrderedDict[str, Any] = OrderedDict()  # id -> client connection
         self._newest = ""  # the id of the connection tracked last
         self._dirty, self._saved_at = False, 0.0
+        self._settling = False  # a settle of the information budget is scheduled
+        self._unsettled = False  # the last one failed
         self.last_scan: dict[str, Any] | None = None  # the re-reader's (reread.py)
         self.reader: Any = None  # the re-reader, when there is one (set by the gateway)
         self._scans: set[asyncio.Task[Any]] = set()
@@ -125,9 +129,13 @@ class Watcher:
         if connection is not None and not s.model_host:
             self._track(connection)
         with self._lock:
+            if self._unsettled:  # the last settle failed: again now, else no request goes
+                self.information.settle()
+                self._unsettled = False
             crossings = [c for unit in self.units for c in unit.sent(s)]
             crossings += self.names.named(s.host, s.at, s.grant)
         self._dirty = True
+        self._settle_soon()
         if crossings:
             revoked = False
             for crossing in crossings:
@@ -142,6 +150,35 @@ class Watcher:
             return
         with self._lock:
             self.information.received(host, body)
+        self._settle_soon()
+
+    def _settle_soon(self) -> None:
+        """What the information budget owes (requests that cannot cross it), measured once
+        this hook has returned: after the request has left, while its answer is awaited.
+        Without a running loop (a test, a bench), at once."""
+        if self._settling or not self.information.owed:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.settle()
+            return
+        self._settling = True
+        loop.call_soon(self._settle_later)
+
+    def _settle_later(self) -> None:
+        self._settling = False
+        try:
+            self.settle()
+        except Exception as e:  # left owed: the next request settles first, or is refused
+            self._unsettled = True
+            self._record(AuditRecord("watcher", "flagged", "cannot measure the information "
+                                     f"sent ({type(e).__name__}: {e}); the next request "
+                                     "waits for it", by="information"))
+
+    def settle(self) -> None:
+        with self._lock:
+            self.information.settle()
 
     def named(self, name: str) -> None:
         """A name the cage looked up (the resolver's thread)."""
