@@ -2,12 +2,18 @@
 
 1. Budgets per request: a cage in the fake internet, made afresh each round with and without
    `watcher.enable` in turn; a client in it (system python3, stdlib only, on its own CPU, the
-   gateway on another) sends POSTs of a 2 KiB JSON body on one keep-alive connection. The
-   ratio is the median of the rounds' median request times with the watcher over without.
+   gateway on another) sends POSTs of a 2 KiB JSON body on one keep-alive connection, after
+   a first client of WARM_UP requests (the gateway's once-only work: the first lookup, which
+   loads the public suffix list when the watcher is on, the first TLS handshakes). The ratio
+   is the median of the rounds' median request times with the watcher over without.
    Target: < 1.05. A gateway made afresh differs from the last by up to 10% (an A/A run,
    `--same`, the watcher off both times, shows it), hence many rounds. Printed beside it:
-   the addon's own work per request in this process, with and without the watcher (its
-   four hooks over a real mitmproxy flow), which is what the watcher adds to.
+   the gateway's CPU time a request (all its threads, from the kernel's schedstat, over the
+   measured client), which a loaded machine disturbs far less than the request times, and
+   which counts the work the watcher does after a request has left (the information budget's
+   measuring, see budgets.Information) as much as the work before; and the addon's own work
+   per request in this process, with and without the watcher (its four hooks over a real
+   mitmproxy flow, every measurement done at once), which is what the watcher adds to.
 2. The re-reader's window: 10,000 audit records read and digested (reread.read_window, the
    bisection to the window included) against reading the same file line by line with
    json.loads. Target: < 2.

@@ -10,6 +10,7 @@ import os
 import random
 import string
 import zlib
+from urllib.parse import parse_qsl
 
 import pytest
 
@@ -17,7 +18,7 @@ from agentcage.gateway.watcher.budgets import Beacon, HostBytes, Information, Ne
 from agentcage.gateway.watcher.events import Sent
 from agentcage.gateway.watcher.ladder import Ladder
 from agentcage.gateway.watcher.names import ZoneNames, odd_label, zone_of
-from agentcage.gateway.watcher.reassembly import Reassembly
+from agentcage.gateway.watcher.reassembly import Reassembly, fields_of
 from agentcage.gateway.watcher.settings import BudgetSettings, WatcherSettings
 from agentcage.gateway.watcher.watch import Watcher
 from agentcage.gateway.watcher.windows import Once, SlidingSet, SlidingSum
@@ -277,6 +278,15 @@ def test_ordinary_changing_fields_put_nothing_together():
                                     "name": rng.choice(["alpha", "beta"])}).encode(),
                    at=i) for i in range(1000)]
     assert crossings(unit, events) == []
+
+
+@pytest.mark.parametrize("query", ["a=1&b=2", "a=&b", "&&a=1&", "a=1;b=2", "k==v=w", "a=1&a=2",
+                                   "x=%41%2B&y=a+b", "q=caf%C3%A9", "", "=v", "é=ü"])
+def test_the_fields_of_a_query_are_urllibs_pairs(query):
+    """The query is split without urllib when it has nothing to decode: the same pairs."""
+    fields = list(fields_of(sent(target=f"/p?{query}", headers=()), with_body=False))
+    assert fields == [("path segment 1", "p")] + [
+        ("query parameter " + k, v) for k, v in parse_qsl(query, keep_blank_values=True)]
 
 
 # ---- the ladder --------------------------------------------------------------------------------

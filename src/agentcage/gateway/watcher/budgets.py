@@ -81,26 +81,22 @@ class _Stream:
                                                 len(echoes) - MAX_ECHO_TOKENS, None))
 
     def information(self, head: bytes, body: bytes) -> int:
-        """The compressed size of a request, what the host sent it first stripped out. One
-        call of the compressor (deflate's output does not depend on how its input is cut),
-        and one search for tokens, over the head and a body of up to MAX_ECHO_STRIP bytes
-        (no token spans the two: a head ends with a blank line)."""
+        """The compressed size of a request, what the host sent it first stripped out (of
+        the head, and of a body of up to MAX_ECHO_STRIP bytes), in one call of the
+        compressor (deflate's output does not depend on how its input is cut)."""
+        if self.echoes:
+            head = self._strip(head)
+            if len(body) <= MAX_ECHO_STRIP:
+                body = self._strip(body)
         c = self.compressor
-        if len(body) <= MAX_ECHO_STRIP:
-            data = head + body
-            amount = len(c.compress(self._strip(data) if self.echoes else data))
-        else:
-            amount = (len(c.compress(self._strip(head) if self.echoes else head))
-                      + len(c.compress(body)))
-        return amount + len(c.flush(zlib.Z_SYNC_FLUSH))
+        return len(c.compress(head + body)) + len(c.flush(zlib.Z_SYNC_FLUSH))
 
     def _strip(self, data: bytes) -> bytes:
         echoes = self.echoes
+        if echoes.keys().isdisjoint(map(hash, TOKEN.findall(data))):
+            return data  # most requests: one search, no copy
         pieces = TOKEN_SPLIT.split(data)  # between the tokens, a token, between, ...
-        tokens = pieces[1::2]
-        if echoes.keys().isdisjoint(map(hash, tokens)):
-            return data
-        pieces[1::2] = [ECHO_MARK if hash(t) in echoes else t for t in tokens]
+        pieces[1::2] = [ECHO_MARK if hash(t) in echoes else t for t in pieces[1::2]]
         return b"".join(pieces)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -23,8 +24,9 @@ class Sent(NamedTuple):
     flow: str = ""  # the gateway's id of the flow (as in the capture)
 
     def size(self) -> int:
-        return (len(self.method) + len(self.target) + len(self.body)
-                + sum(len(k) + len(v) + 4 for k, v in self.headers))
+        headers = self.headers
+        return (len(self.method) + len(self.target) + len(self.body) + 4 * len(headers)
+                + sum(map(len, itertools.chain.from_iterable(headers))))
 
     def head(self) -> bytes:
         """The request line and headers, as bytes."""

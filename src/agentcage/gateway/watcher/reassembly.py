@@ -26,6 +26,7 @@ MAX_BODY = 16 * 1024
 MAX_FIELDS = 64  # per request
 MAX_FIELDS_PER_HOST = 256
 MAX_HOSTS = 256
+MAX_HEADER_KINDS = 1024  # header names whose kind is remembered
 # headers every client sends, which carry no chosen data
 ORDINARY_HEADERS = frozenset((
     "host", "content-length", "content-type", "user-agent", "accept", "accept-encoding",
@@ -37,23 +38,34 @@ ORDINARY_HEADERS = frozenset((
 PATH_KINDS = tuple(f"path segment {i + 1}" for i in range(MAX_FIELDS))
 
 
-def fields_of(s: Sent, with_body: bool) -> Iterable[tuple[str, str]]:
+def fields_of(s: Sent, with_body: bool,
+              header_kinds: dict[str, str] | None = None) -> Iterable[tuple[str, str]]:
     """(kind of field, value) of a request; the kind is how the field is told in a finding
     (never its name when the cage chose it: a name can carry data too). Told of every
-    request: the request line and headers are split without a generator, and without
-    urllib's decoding when there is nothing to decode (the same pairs)."""
+    request: the request line is split without urllib when there is nothing to decode (the
+    same pairs), and a header's kind ("" for an ordinary one) is looked up in `header_kinds`,
+    worked out once per name."""
     path, _, query = s.target.partition("?")
-    segments = [p for p in path.split("/") if p][:MAX_FIELDS]  # no more are looked at
-    fields = [(kind, unquote(p) if "%" in p else p)
-              for kind, p in zip(PATH_KINDS, segments, strict=False)]
+    fields = []
+    for kind, segment in zip(PATH_KINDS, [p for p in path.split("/") if p], strict=False):
+        fields.append((kind, unquote(segment) if "%" in segment else segment))
     if query:
         if "%" in query or "+" in query:
             pairs = parse_qsl(query, keep_blank_values=True)
         else:
-            pairs = [(k, v) for k, _, v in (f.partition("=") for f in query.split("&") if f)]
-        fields += [("query parameter " + _key(k), v) for k, v in pairs]
-    fields += [("header " + _key(k), v) for k, v in ((k.lower(), v) for k, v in s.headers)
-               if k not in ORDINARY_HEADERS]
+            pairs = [f.partition("=")[::2] for f in query.split("&") if f]
+        for key, value in pairs:
+            fields.append(("query parameter " + _key(key), value))
+    kinds = {} if header_kinds is None else header_kinds
+    for key, value in s.headers:
+        header = kinds.get(key)
+        if header is None:
+            if len(kinds) >= MAX_HEADER_KINDS:
+                kinds.clear()
+            lower = key.lower()
+            header = kinds[key] = "" if lower in ORDINARY_HEADERS else "header " + _key(lower)
+        if header:
+            fields.append((header, value))
     if with_body and s.body and len(s.body) <= MAX_BODY:
         return itertools.chain(fields, _body_fields(s.body))
     return fields
@@ -120,6 +132,7 @@ class Reassembly:
     def __init__(self, patterns: PatternSet, once: Once):
         self.patterns, self.once = patterns, once
         self._hosts: Recent[_Host] = Recent(_Host, MAX_HOSTS)
+        self._header_kinds: dict[str, str] = {}  # header name -> its field's kind
 
     def sent(self, s: Sent) -> list[Crossing]:
         host = self._hosts.get(s.host)
@@ -128,7 +141,8 @@ class Reassembly:
             host.last_body = s.body
         found: list[Crossing] = []
         fields = host.fields
-        for kind, value in itertools.islice(fields_of(s, with_body=new_body), MAX_FIELDS):
+        for kind, value in itertools.islice(fields_of(s, new_body, self._header_kinds),
+                                            MAX_FIELDS):
             field = fields.get(kind)
             if value == field.last or not value:
                 continue

@@ -5,8 +5,9 @@ Runs on the proxy's event loop; the resolver's thread tells it names too (under 
 what those cross is acted on at the next tick, on the loop (a grant is revoked there). What
 the information budget may measure later (a request that cannot cross it, an answer) is
 measured on the loop just after the hook that told it returned: once the request has left,
-while its answer is awaited (budgets.Information). Its state for the CLI is watcher.json in the cage's state directory (the gateway alone writes it;
-nothing in it is secret: hosts, amounts, grant ids).
+while its answer is awaited (budgets.Information). Its state for the CLI is watcher.json in
+the cage's state directory (the gateway alone writes it; nothing in it is secret: hosts,
+amounts, grant ids).
 """
 
 from __future__ import annotations
