@@ -11,9 +11,10 @@
    the gateway's CPU time a request (all its threads, from the kernel's schedstat, over the
    measured client), which a loaded machine disturbs far less than the request times, and
    which counts the work the watcher does after a request has left (the information budget's
-   measuring, see budgets.Information) as much as the work before; and the addon's own work
-   per request in this process, with and without the watcher (its four hooks over a real
-   mitmproxy flow, every measurement done at once), which is what the watcher adds to.
+   measuring, see budgets.Information) as much as the work before; both also as the median
+   of each cage's ratio to the one made next to it; and the addon's own work per request in
+   this process, with and without the watcher (its four hooks over a real mitmproxy flow,
+   every measurement done at once), which is what the watcher adds to.
 2. The re-reader's window: 10,000 audit records read and digested (reread.read_window, the
    bisection to the window included) against reading the same file line by line with
    json.loads. Target: < 2.
@@ -123,6 +124,12 @@ def budgets(requests: int, rounds: int, same: bool = False) -> float:
     cpu_on, cpu_off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
     print(f"the gateway's CPU time a request: {cpu_off * 1e6:.0f} us without the watcher, "
           f"{cpu_on * 1e6:.0f} us with it ({cpu_on / cpu_off:.3f}x)")
+    # the i-th cage with the watcher was made next to the i-th without (on off off on ...)
+    paired = statistics.median(a / b for a, b in zip(medians["on"], medians["off"],
+                                                     strict=True))
+    paired_cpu = statistics.median(a / b for a, b in zip(cpu["on"], cpu["off"], strict=True))
+    print(f"  (each cage against the one made next to it, the median ratio: request time "
+          f"{paired:.3f}x, CPU time {paired_cpu:.3f}x)")
     ratio = on / off
     print(f"budgets: {ratio:.3f}x the gateway without them (target < {TARGET_BUDGETS})")
     return ratio
