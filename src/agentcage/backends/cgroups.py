@@ -246,10 +246,23 @@ class CageCgroup:
 
 
 def join(directories: Iterable[str]) -> None:
-    """Move the calling process into the cage's cgroup(s); for a child before it execs."""
+    """Move the calling process into the cage's cgroup(s): for a child between fork and exec,
+    a process of one thread (a fork has only the thread that forked).
+
+    In a v1 hierarchy the thread is moved (its `tasks` file, "0": the caller): for a process
+    of one thread that is the process, and everything it starts is born there. Writing
+    `cgroup.procs` instead takes the kernel's lock over every thread group of the host, whose
+    first taking after a pause waits out an RCU grace period (7-20 ms on this project's
+    cgroup-v1 VM, on every `exec`); moving the caller's own thread needs no such lock. A v2
+    directory has only `cgroup.procs` (`cgroup.threads` is for threaded cgroups)."""
     for d in directories:
-        with open(os.path.join(d, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        tasks = os.path.join(d, "tasks")
+        if os.path.exists(tasks):  # v1 (a v2 directory has no `tasks` file)
+            with open(tasks, "w") as f:
+                f.write("0")
+        else:
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
 
 
 def binds(directories: Iterable[str]) -> tuple[tuple[str, str], ...]:

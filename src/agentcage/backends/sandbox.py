@@ -1,13 +1,14 @@
 """The workload sandbox: one flat parameter object in, one argument list out (pure, no I/O).
 
-The command line is, outermost first:
-  nsenter --net=/run/netns/CAGE        the cage's network namespace (only a veth to the gateway)
-  setpriv --reuid H --regid G ...      a REAL unprivileged host uid (namespaced root is
-                                       never host root)
-(a fresh, empty session keyring is joined just before, see keyring.py)
+The process that execs the command line has, in this order (workload.py, between fork and
+exec): joined the cage's cgroup and a fresh, empty session keyring (keyring.py), then entered
+the cage's network namespace (only a veth to the gateway) and become a REAL unprivileged host
+uid with no supplementary groups and no_new_privs (entry.py: what `nsenter --net` and `setpriv
+--reuid H --regid G --clear-groups --no-new-privs` did; namespaced root is never host root).
+The command line is then:
   bwrap ...                            user/pid/ipc/uts/cgroup namespaces, no capabilities, no new
                                        privileges, read-only root, seccomp filter, /workspace, masks
-and the environment that all three start with is the cage's own (`sandbox_env`).
+and the environment it starts with is the cage's own (`sandbox_env`).
 """
 
 from __future__ import annotations
@@ -84,20 +85,12 @@ def sandbox_argv(spec: SandboxSpec) -> list[str]:
         raise ValueError("a seccomp filter is mandatory")
     if spec.gate_fd is not None and spec.started_fd is None:
         raise ValueError("a gate is passed behind the started marker")
-    argv = ["nsenter", f"--net=/run/netns/{spec.netns}", "--"]
-    argv += [
-        "setpriv",
-        f"--reuid={spec.host_uid}",
-        f"--regid={spec.host_gid}",
-        *rootless.drop_groups(),
-        "--no-new-privs",
-    ]
+    # (entered before: the cage's network namespace and host uid, see the module's doc)
     # In a rootless cage, uid 0 of the namespace is the user: bubblewrap then holds the
     # namespace's capabilities while it builds the sandbox, as a setuid bubblewrap holds
     # root's (without them it cannot map the sandbox's uid), and the command runs in
     # bubblewrap's own user namespace below, with none (--cap-drop ALL).
-    argv += ["--"]
-    argv += ["bwrap", "--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid)]
+    argv = ["bwrap", "--unshare-user", "--uid", str(spec.uid), "--gid", str(spec.gid)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     argv += ["--disable-userns", "--cap-drop", "ALL", "--hostname", spec.hostname]
     if spec.die_with_parent:

@@ -20,7 +20,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage.backends import cgroups, host, layers, lentpython, netplan, terminal, volumes
+from agentcage import rootless
+from agentcage.backends import (
+    cgroups,
+    entry,
+    host,
+    layers,
+    lentpython,
+    netplan,
+    terminal,
+    volumes,
+)
 from agentcage.backends.keyring import join_new_session_keyring
 from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import (
@@ -239,10 +249,12 @@ def _stages_volumes() -> bool:
     return os.geteuid() == 0
 
 
-def _before_exec(cgroup_dirs: tuple[str, ...], stager: volumes.Stager | None) -> None:
-    """In the child, before nsenter/setpriv/bwrap: into the cage's cgroup (its limits hold
-    for everything the command starts), a fresh session keyring, and the named volumes
-    staged where bubblewrap can mount them from (in a mount namespace of this command).
+def _before_exec(cgroup_dirs: tuple[str, ...], stager: volumes.Stager | None, netns: str,
+                 host_uid: int, host_gid: int, clear_groups: bool) -> None:
+    """In the child, before bwrap: into the cage's cgroup (its limits hold for everything
+    the command starts), a fresh session keyring, the named volumes staged where bubblewrap
+    can mount them from (in a mount namespace of this command), then into the cage's network
+    namespace and down to its host uid (entry.py), last: the rest needs root.
     Interrupts as a terminal sends them act on the cage's commands whatever the caller
     ignored: a shell started from a background job (SIGINT and SIGQUIT ignored, as POSIX
     has them) would else pass that on, and Ctrl-C in the cage would stop nothing."""
@@ -252,6 +264,7 @@ def _before_exec(cgroup_dirs: tuple[str, ...], stager: volumes.Stager | None) ->
     join_new_session_keyring()
     if stager is not None:
         stager.stage()
+    entry.enter(netns, host_uid, host_gid, clear_groups)
 
 
 def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dict,
@@ -287,8 +300,10 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
         try:
             proc = subprocess.Popen(sandbox_argv(spec), env=sandbox_env(spec),
                                     pass_fds=passed,
-                                    preexec_fn=functools.partial(_before_exec, t.cgroups,
-                                                                 stager),
+                                    preexec_fn=functools.partial(
+                                        _before_exec, t.cgroups, stager, spec.netns,
+                                        spec.host_uid, spec.host_gid,
+                                        rootless.groups_settable()),
                                     **popen_args)
         except (OSError, subprocess.SubprocessError) as e:
             raise BackendError(f"cannot start the sandbox of cage {t.cage.name}: {e}") from None
