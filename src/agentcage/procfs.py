@@ -3,6 +3,8 @@ zygote, which may not import the host side)."""
 
 from __future__ import annotations
 
+import os
+
 
 def stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state first); None if it is gone.
@@ -25,3 +27,21 @@ def start_time(pid: int) -> int | None:
 def parent(pid: int) -> int | None:
     fields = stat_fields(pid)
     return int(fields[1]) if fields else None
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie is not, for our purposes)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    fields = stat_fields(pid)
+    return fields is None or fields[0] != "Z"
+
+
+def is_process(pid: int, start: int | None) -> bool:
+    """Whether `pid` is alive and, given its start time, still the process that started then
+    (not another one that got its pid)."""
+    return alive(pid) and (start is None or start_time(pid) == start)

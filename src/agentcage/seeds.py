@@ -29,7 +29,10 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
+if TYPE_CHECKING:
+    from typing import Any
 
 _TEMPLATE = re.compile(r"\$\{placeholder:([A-Za-z_][A-Za-z0-9_]*)(:last20)?\}")
 _RANDOM = "${random}"

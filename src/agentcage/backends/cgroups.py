@@ -19,11 +19,14 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from agentcage import rootless
 from agentcage.errors import BackendError
+from agentcage.record import Factory, record
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PARENT = "agentcage"  # every cage's cgroup lives under this one, at the hierarchy's root
 
@@ -39,7 +42,7 @@ CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
 
 
-@dataclass(frozen=True)
+@record
 class Limits:
     """What a cage may use at most; None is no limit of that kind."""
 
@@ -60,12 +63,12 @@ class Limits:
         return cls(d.get("memory_bytes"), d.get("pids"), d.get("cpus"))
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """Where the cgroup hierarchies are mounted: v1 controller -> mount point, and the v2
     (unified) mount with the controllers it offers."""
 
-    v1: dict[str, Path] = field(default_factory=dict)
+    v1: dict[str, Path] = Factory(dict)  # type: ignore[assignment]
     v2: Path | None = None
     v2_controllers: tuple[str, ...] = ()
 
@@ -116,6 +119,8 @@ class Layout:
 
 def detect(mountinfo: str | None = None) -> Layout:
     """The host's cgroup hierarchies, from /proc/self/mountinfo."""
+    from pathlib import Path  # here: `exec` imports this module for `join` and `binds`
+
     if mountinfo is None:
         mountinfo = Path("/proc/self/mountinfo").read_text()
     v1: dict[str, Path] = {}
@@ -149,7 +154,7 @@ def _write(path: Path, value: str) -> None:
         raise BackendError(f"cannot set {path}: {e.strerror}") from None
 
 
-@dataclass(frozen=True)
+@record
 class CageCgroup:
     """The cgroup(s) of one running cage: one directory per v1 controller, or one in v2."""
 
@@ -271,9 +276,9 @@ def binds(directories: Iterable[str]) -> tuple[tuple[str, str], ...]:
     directory at /sys/fs/cgroup/<the hierarchy's name>, the v2 one at /sys/fs/cgroup."""
     found = []
     for d in directories:
-        path = Path(d)
-        if (path / "cgroup.controllers").exists():
+        if os.path.exists(os.path.join(d, "cgroup.controllers")):
             found.append((d, "/sys/fs/cgroup"))
         else:  # <mount point>/agentcage/<name>
-            found.append((d, f"/sys/fs/cgroup/{path.parent.parent.name}"))
+            hierarchy = os.path.basename(os.path.dirname(os.path.dirname(d.rstrip("/"))))
+            found.append((d, f"/sys/fs/cgroup/{hierarchy}"))
     return tuple(found)

@@ -21,16 +21,16 @@ import os
 import stat
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from agentcage.errors import BackendError, StateError
+from agentcage.record import record
 from agentcage.state import CageDir, read_json, write_json
 
 MASKS_FILE = "masks.json"
 REUSE_SECONDS = 5.0  # how old the walk of create (or run) may be for its start to take it
 
 
-@dataclass(frozen=True)
+@record
 class Masked:
     host: str  # the file on the host
     dest: str  # where the cage sees it

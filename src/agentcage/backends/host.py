@@ -230,25 +230,8 @@ def pid_matches(pid: int, needle: str) -> bool:
         return False
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie is not alive for our purposes
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
-
-
-def is_process(pid: int, start: int | None) -> bool:
-    """Whether `pid` is alive and, given its start time, still the process that started then
-    (not another one that got its pid)."""
-    return alive(pid) and (start is None or procfs.start_time(pid) == start)
+alive = procfs.alive
+is_process = procfs.is_process
 
 
 def recorded_gateway(runtime: dict, cage: CageDir) -> int | None:

@@ -12,7 +12,8 @@ one), so nothing here ever appears in, or changes, the host's namespace. Address
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from agentcage.record import record
 
 _FIRST = (10, 200, 128)  # the cages' range, 10.200.128.0/17: its first octets; slots are its /24s
 SLOTS = 120  # 10.200.128-247: fakenet keeps 10.200.254.0/23 for its services
@@ -24,7 +25,7 @@ def new_suffix() -> str:
     return os.urandom(3).hex()  # what secrets.token_hex(3) is, without importing it
 
 
-@dataclass(frozen=True)
+@record
 class NetPlan:
     suffix: str
     slot: int

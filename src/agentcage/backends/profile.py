@@ -6,16 +6,16 @@ Stored as meta.json so that `exec` needs neither cage.yaml nor pydantic.
 from __future__ import annotations
 
 import os
-import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 
 from agentcage import rootless
 from agentcage.backends.sandbox import WORKSPACE
 from agentcage.errors import BackendError
+from agentcage.record import record
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from agentcage.config.spec import CageSpec
 
 
@@ -23,7 +23,7 @@ NOBODY_AS_ROOT_OWNS = "host_user auto: nobody, as root owns the project"
 ROOTLESS_OWN_UID = "rootless: your own uid"
 
 
-@dataclass(frozen=True)
+@record
 class CageMeta:
     """What `create` decided once, so that `exec` needs neither cage.yaml nor pydantic: where
     the project is, which host uid runs the workload, and the workload's fixed profile."""
@@ -136,6 +136,8 @@ def check_access(host_uid: int, host_gid: int,
     """Every volume must be reachable by the host uid the workload runs as (read, and write
     for rw), or every command in the cage would fail later. Checked as that uid, by the kernel
     (`setpriv` then `test`), so permissions, ACLs and parent directories all count."""
+    import subprocess  # here: `exec` imports this module, and needs none of this
+
     for src, target, mode in volumes:
         test = ["test", "-r", src, "-a", "-x", src] + (["-a", "-w", src] if mode == "rw" else [])
         r = subprocess.run(["setpriv", f"--reuid={host_uid}", f"--regid={host_gid}",
@@ -162,6 +164,8 @@ def resolve_volumes(spec: CageSpec, base: Path, project: Path | None,
     Every source is checked again once resolved (`~`, relative paths, `..`, symlinks): what
     cage.yaml spells and what it names can differ. `protected`: directories no mount may reach
     (agentcage's own state)."""
+    from pathlib import Path
+
     from agentcage.mounts import resolved_source_refusal
 
     volumes = []

@@ -13,10 +13,14 @@ and the environment it starts with is the cage's own (`sandbox_env`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+import os
 
 from agentcage import rootless
+from agentcage.record import Factory, record, replace
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CAGE_CA_PATH = "/run/agentcage/ca.pem"
 CAGE_BUNDLE_PATH = "/run/agentcage/ca-bundle.pem"
@@ -29,7 +33,7 @@ ROOT_DIRS = ("/usr", "/etc", "/opt")
 ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 
 
-@dataclass(frozen=True)
+@record
 class DataFile:
     """Content handed to bwrap on an inherited file descriptor and bound read-only at `dest`."""
 
@@ -37,14 +41,14 @@ class DataFile:
     dest: str
 
 
-@dataclass(frozen=True)
+@record
 class Mount:
     source: str
     dest: str
     writable: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class SandboxSpec:
     command: tuple[str, ...]
     netns: str
@@ -67,7 +71,8 @@ class SandboxSpec:
     gate_fd: int | None = None
     env: tuple[tuple[str, str], ...] = ()
     chdir: str = WORKSPACE
-    root_links: dict[str, str] = field(default_factory=dict)  # /bin -> usr/bin on merged-/usr hosts
+    # /bin -> usr/bin ... on merged-/usr hosts
+    root_links: dict[str, str] = Factory(dict)  # type: ignore[assignment]
     root_dirs: tuple[str, ...] = ROOT_DIRS
     # A directory that is the cage's whole root instead of the host's root_dirs: the cage's
     # layer, made from its image (layers.py); writable for `shell --as-root` and read_only off.
@@ -233,7 +238,7 @@ def cage_environment(
 PIVOT_MASKS = (".git/hooks", ".claude")
 
 
-def pivot_masks(project: Path, target: str = WORKSPACE
+def pivot_masks(project: str | Path, target: str = WORKSPACE
                 ) -> tuple[list[str], list[tuple[str, str]]]:
     """(dirs to hide behind tmpfs, files to re-bind read-only) for a writable project mount.
 
@@ -242,25 +247,25 @@ def pivot_masks(project: Path, target: str = WORKSPACE
     """
     masks, read_only = [], []
     for rel in PIVOT_MASKS:
-        host = project / rel
-        if host.is_symlink():
+        host = os.path.join(project, rel)
+        if os.path.islink(host):
             raise ValueError(f"{host} is a symlink; refusing to mount a project that redirects it")
-        if host.is_dir():
+        if os.path.isdir(host):
             masks.append(f"{target}/{rel}")
-    config = project / ".git" / "config"
-    if config.is_symlink():
+    config = os.path.join(project, ".git", "config")
+    if os.path.islink(config):
         raise ValueError(f"{config} is a symlink; refusing")
-    if config.is_file():
+    if os.path.isfile(config):
         # read-only: a core.hooksPath written here would bypass the hooks mask
-        read_only.append((str(config), f"{target}/.git/config"))
+        read_only.append((config, f"{target}/.git/config"))
     return masks, read_only
 
 
-def host_root_links(root: Path = Path("/")) -> dict[str, str]:
+def host_root_links(root: str = "/") -> dict[str, str]:
     """The top-level symlinks of a merged-/usr host (/bin -> usr/bin ...)."""
     links = {}
     for link in ROOT_LINKS:
-        p = root / link.lstrip("/")
-        if p.is_symlink():
-            links[link] = str(p.readlink())
+        p = os.path.join(root, link.lstrip("/"))
+        if os.path.islink(p):
+            links[link] = os.readlink(p)
     return links

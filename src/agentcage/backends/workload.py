@@ -10,27 +10,14 @@ silent unsandboxed run. A command can also be held at a gate behind that byte (`
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
-import select
 import signal
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from agentcage import rootless
-from agentcage.backends import (
-    cgroups,
-    entry,
-    host,
-    layers,
-    lentpython,
-    netplan,
-    terminal,
-    volumes,
-)
+from agentcage import procfs, rootless
+from agentcage.backends import cgroups, entry, netplan
 from agentcage.backends.keyring import join_new_session_keyring
 from agentcage.backends.profile import CageMeta, load_meta
 from agentcage.backends.sandbox import (
@@ -51,10 +38,19 @@ from agentcage.backends.sandbox import (
 )
 from agentcage.backends.seccomp import build_filter
 from agentcage.errors import BackendError, StateError
+from agentcage.record import record, replace
 from agentcage.state import CageDir, read_json
 
+# Imported where a cage needs them (an image, named volumes, a terminal, a lent Python): a
+# plain `exec` pays for none of their imports.
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `exec` reads this)
+if TYPE_CHECKING:
+    from pathlib import Path
 
-@dataclass(frozen=True)
+    from agentcage.backends import volumes
+
+
+@record
 class Target:
     """A running cage: where its files are, its network plan, its workload profile."""
 
@@ -71,7 +67,8 @@ def running_target(cage: CageDir) -> Target:
     if runtime.get("status") != "running":
         raise BackendError(f"cage {cage.name} is not running; `agentcage start {cage.name}`")
     gw_pid, gw_start = runtime.get("gateway_pid"), runtime.get("gateway_start")
-    if not gw_pid or not host.is_process(int(gw_pid), None if gw_start is None else int(gw_start)):
+    if not gw_pid or not procfs.is_process(int(gw_pid),
+                                           None if gw_start is None else int(gw_start)):
         raise BackendError(f"the gateway of cage {cage.name} is not running; restart the cage")
     try:
         plan = netplan.NetPlan.from_dict(runtime["plan"])
@@ -107,7 +104,12 @@ def placeholders(t: Target) -> dict[str, str]:
 
 
 def open_volumes(t: Target, env_placeholders: dict[str, str]) -> list[volumes.OpenVolume]:
-    """The cage's named volumes, opened (made if missing), with its seed files put in."""
+    """The cage's named volumes, opened (made if missing), with its seed files put in (seed
+    files lie in named volumes: without one, there is nothing to do)."""
+    if not t.meta.named_volumes:
+        return []
+    from agentcage.backends import volumes
+
     opened = volumes.open_volumes(t.cage, t.meta.named_volumes, t.meta.host_uid,
                                   t.meta.host_gid)
     try:
@@ -144,8 +146,11 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
     env = dict(t.meta.env)
     env.update(placeholders(t) if env_placeholders is None else env_placeholders)
     ca = t.cage.ca_cert.read_bytes()
-    bundle_path = Path(SYSTEM_BUNDLE_PATH)
-    system = bundle_path.read_bytes() if bundle_path.exists() else b""
+    system_bundle = os.path.exists(SYSTEM_BUNDLE_PATH)
+    system = b""
+    if system_bundle:
+        with open(SYSTEM_BUNDLE_PATH, "rb") as f:
+            system = f.read()
     uid, gid = (0, 0) if as_root else (t.meta.uid, t.meta.gid)
     files = [
         data("resolv", f"nameserver {t.plan.gateway_address}\noptions attempts:1\n".encode(),
@@ -158,10 +163,12 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         data("ca", ca, CAGE_CA_PATH),
         data("bundle", system + b"\n" + ca, CAGE_BUNDLE_PATH),
     ]
-    if bundle_path.exists():
+    if system_bundle:
         files.append(data("sysbundle", system + b"\n" + ca, SYSTEM_BUNDLE_PATH))
     if as_root:
         env.update(HOME="/root", USER="root", LOGNAME="root")
+        from agentcage.backends import layers
+
         if (layers.layer_path(t.cage) / "etc" / "apt" / "apt.conf.d").is_dir():
             # apt drops to its _apt user to download, a uid the cage's namespace lacks
             files.append(data("apt", APT_AS_ROOT, "/etc/apt/apt.conf.d/00agentcage-root"))
@@ -174,7 +181,7 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
         mounts.append(Mount(src, target, writable=mode == "rw"))
         if mode == "rw":
             try:
-                m, r = pivot_masks(Path(src), target)
+                m, r = pivot_masks(src, target)
             except ValueError as e:
                 raise BackendError(str(e)) from None
             masks += m
@@ -184,11 +191,15 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
 
         for masked in credmasks.still_files(credmasks.listed(t.cage)):
             files.append(data("masked", b"", masked.dest))
+    if named:
+        from agentcage.backends import volumes
     for index, volume in enumerate(named):
         source = (volumes.staged_path(index) if _stages_volumes()
                   else str(volumes.volumes_root(t.cage) / volume.name))
         mounts.append(Mount(source, volume.target, writable=volume.writable))
     if lend_python:
+        from agentcage.backends import lentpython
+
         lent = lentpython.lend()
         mounts.append(Mount(lent.source, lentpython.LENT_AT))
         env.update(lent.env)
@@ -228,6 +239,8 @@ def _on_layer(t: Target, spec: SandboxSpec, root_source: str | None,
               writable: bool) -> SandboxSpec:
     """The spec with the cage's layer as its root: every mount point made in the layer, and
     the paths bubblewrap is given resolved inside it (layers.py)."""
+    from agentcage.backends import layers
+
     layer = layers.layer_path(t.cage)
     if not layer.is_dir():
         raise BackendError(f"cage {t.cage.name} has no layer of its image; `agentcage restart "
@@ -240,7 +253,7 @@ def _on_layer(t: Target, spec: SandboxSpec, root_source: str | None,
                                f"{fitted[fixed]}); agentcage mounts its own there: make it a "
                                "directory in the image")
     spec = with_paths(spec, fitted)
-    return dataclasses.replace(spec, root=root_source or str(layer), root_writable=writable)
+    return replace(spec, root=root_source or str(layer), root_writable=writable)
 
 
 def _stages_volumes() -> bool:
@@ -283,7 +296,11 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
         env_placeholders = placeholders(t)
         named = open_volumes(t, env_placeholders)
         stager = None
-        staged = [str(volumes.volumes_root(t.cage) / v.name) for v in named]
+        staged: list[str] = []
+        if named or t.meta.image is not None:
+            from agentcage.backends import layers, volumes
+
+            staged = [str(volumes.volumes_root(t.cage) / v.name) for v in named]
         if t.meta.image is not None:  # the layer is staged as the volumes are, after them
             staged.append(str(layers.layer_path(t.cage)))
         root_source = None
@@ -295,7 +312,7 @@ def launch(t: Target, command: Sequence[str], interactive: bool, popen_args: dic
         spec = sandbox_spec(t, command, interactive, fds, started_w, gate, named,
                             env_placeholders, as_root, root_source, lend_python)
         if detached:
-            spec = dataclasses.replace(spec, die_with_parent=False)
+            spec = replace(spec, die_with_parent=False)
         passed = (*fds, started_w) if gate is None else (*fds, started_w, gate)
         try:
             proc = subprocess.Popen(sandbox_argv(spec), env=sandbox_env(spec),
@@ -337,6 +354,8 @@ def start(t: Target, command: Sequence[str], interactive: bool, capture: bool,
                        "stderr": subprocess.PIPE, "text": True}
         interactive = False
     elif interactive:
+        from agentcage.backends import terminal
+
         master, slave = terminal.open_pty(0)
         pipes = {"stdin": slave, "stdout": slave, "stderr": slave}
     else:
@@ -398,6 +417,8 @@ class Running:
             try:
                 if master is not None:
                     owned, master = master, None  # relay closes it, whatever happens
+                    from agentcage.backends import terminal
+
                     terminal.relay(owned, proc)
                     out = err = None
                 else:
@@ -443,6 +464,8 @@ def spawn(t: Target, command: Sequence[str], log: Path, timeout: float = 10.0) -
     finally:
         os.close(fd)
     try:
+        import select
+
         ready, _, _ = select.select([started], [], [], timeout)
         if not ready or not os.read(started, 1):
             with contextlib.suppress(ProcessLookupError):

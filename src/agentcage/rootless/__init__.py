@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 INIT_UID_MAP = ("0", "0", "4294967295")  # /proc/self/uid_map of the initial user namespace
 DIRECTORY = "rootless"  # the holder's, in the state root
@@ -40,7 +39,7 @@ def active() -> bool:
     """Whether this process runs in a user namespace (a rootless cage's, once `enter`ed): its
     "root" is then an ordinary user of the host."""
     try:
-        first = Path("/proc/self/uid_map").read_text().split("\n", 1)[0].split()
+        first = _read("/proc/self/uid_map").split("\n", 1)[0].split()
     except OSError:
         return False
     return tuple(first) != INIT_UID_MAP
@@ -50,7 +49,7 @@ def host_uid() -> int:
     """The host uid this process is: the one uid 0 of a rootless namespace maps to."""
     if not active():
         return os.getuid()
-    for line in Path("/proc/self/uid_map").read_text().splitlines():
+    for line in _read("/proc/self/uid_map").splitlines():
         inside, outside, _count = line.split()
         if inside == str(os.getuid()):
             return int(outside)
@@ -61,9 +60,15 @@ def groups_settable() -> bool:
     """Whether setgroups(2) is allowed here (a namespace whose gids were mapped by newgidmap;
     not one that maps only the user's own gid, where it is denied)."""
     try:
-        return Path("/proc/self/setgroups").read_text().strip() != "deny"
+        return _read("/proc/self/setgroups").strip() != "deny"
     except OSError:
         return True
+
+
+def _read(path: str) -> str:
+    # (not pathlib: every command, `exec` first, imports this module)
+    with open(path) as f:
+        return f.read()
 
 
 def drop_groups() -> list[str]:
