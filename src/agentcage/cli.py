@@ -730,9 +730,10 @@ def scaffold_show(name: str) -> None:
 @click.option("--yes", "-y", is_flag=True, help="do not ask")
 @JSON_FLAG
 def prune(yes: bool, as_json: bool) -> None:
-    """Remove ephemeral cages and cages whose gateway died, and stop the gateway zygote (the
-    next cage starts a fresh one); for a rootless user with no cage running, their cages'
-    holder too."""
+    """Remove ephemeral cages and cages whose gateway died, and stop the gateway zygote and
+    the exec server (the next cage, or exec, starts a fresh one); for a rootless user with no
+    cage running, their cages' holder too."""
+    from agentcage import execclient
     from agentcage.backends import zygote as zygotes
     from agentcage.output import document
     from agentcage.state import state_root
@@ -741,6 +742,7 @@ def prune(yes: bool, as_json: bool) -> None:
     service = _service()
     removed = service.prune()
     zygotes.stop_all(state_root())
+    execclient.stop(str(state_root()))
     if rootless.active() and not any(row["status"] in ("running", "starting")
                                      for row in service.ls()):
         from agentcage.rootless import holder
@@ -891,11 +893,13 @@ def zygote_status(as_json: bool) -> None:
 
 @zygote.command("stop")
 def zygote_stop() -> None:
-    """Stop this state root's zygotes; running cages keep their gateways."""
+    """Stop this state root's zygotes and its exec server; running cages keep their gateways
+    and commands."""
+    from agentcage import execclient
     from agentcage.backends import zygote as zygotes
     from agentcage.state import state_root
 
-    stopped = zygotes.stop_all(state_root())
+    stopped = zygotes.stop_all(state_root()) + execclient.stop(str(state_root()))
     out.print(f"stopped: pid {', '.join(map(str, stopped))}" if stopped else "none running",
               markup=False)
 

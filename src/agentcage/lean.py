@@ -70,8 +70,36 @@ def list_cages(as_json: bool) -> int:
     return 0
 
 
+def execute(name: str, command: list[str] | None) -> int:
+    """Run `command` (None: a shell) in the started cage `name`: through the exec server when
+    one can take it (execclient.py), else here, starting a server for the next command when
+    there was none. The command's exit status; its error or interrupt raised as `run` raises
+    them."""
+    from agentcage import execclient
+    from agentcage.home import state_directory
+
+    place = execclient.Place(state_directory())
+    absent = False
+    if execclient.usable(place):
+        try:
+            served = execclient.run(place, name, command)
+        except execclient.Absent:
+            served, absent = None, True
+        if served is not None:
+            return served
+    code = run(name, command)
+    if absent:
+        import contextlib
+        import subprocess
+
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            execclient.start(place)  # best effort: this command ran all the same
+    return code
+
+
 def run(name: str, command: list[str] | None) -> int:
-    """Run `command` (None: a shell) in the started cage `name`; the command's exit status."""
+    """Run `command` (None: a shell) in the started cage `name`, in this process; the
+    command's exit status."""
     from agentcage.backends import workload
     from agentcage.state import StateStore
 
@@ -160,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     on_sigterm()  # SIGTERM cleans up like Ctrl-C (finally blocks run)
     try:
-        return run(*plain)
+        return execute(*plain)
     except AgentcageError as e:
         from agentcage.cli import report
 
@@ -194,11 +222,11 @@ def _exit_now(code: int) -> NoReturn:
     writes, `with` blocks) and nothing else is left but the output, flushed here. Only when no
     thread and no atexit handler says otherwise; then the normal exit."""
     import atexit
-    import threading
 
     sys.stdout.flush()
     sys.stderr.flush()
-    if threading.active_count() == 1 and atexit._ncallbacks() == 0:
+    threading = sys.modules.get("threading")  # never imported: no thread was ever started
+    if (threading is None or threading.active_count() == 1) and atexit._ncallbacks() == 0:
         os._exit(code & 0xFF)
     sys.exit(code)
 

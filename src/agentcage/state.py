@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from agentcage.errors import StateError
+from agentcage.home import state_directory
 from agentcage.names import NAME_RE
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING: `exec` imports this module, typing it need not)
 if TYPE_CHECKING:
     from typing import Any
 
-HOME_ENV = "AGENTCAGE_HOME"
 # What a cage's directory can hold with no cage in it: its stored secrets (`destroy
 # --keep-secrets`, `secret set` before `cage create`) and its named volumes (`destroy
 # --keep-state`, and `run` between one run of a project and the next).
@@ -32,10 +32,7 @@ _LIFE = ("cage.yaml", "runtime.json", "owner.pid")
 
 
 def state_root() -> Path:
-    override = os.environ.get(HOME_ENV)
-    if override:
-        return Path(override)
-    return Path.home() / ".config" / "agentcage"
+    return Path(state_directory())
 
 
 def ensure_private_dir(path: Path) -> Path:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcage.errors import AgentcageError, StateError
-from agentcage.state import HOME_ENV, CageDir, StateStore
+from agentcage.home import HOME_ENV
+from agentcage.state import CageDir, StateStore
 from agentsec import gate, service
 from agentsec.cage_watcher import MAX_SHOWN, CageWatcher, WatcherFinding
 from agentsec.errors import AgentsecError

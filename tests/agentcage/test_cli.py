@@ -38,10 +38,13 @@ def home(tmp_path):
 
 
 def stop_zygotes(state: Path) -> None:
-    """The gateway zygote of a test's state root outlives its cages by design: stop it."""
+    """The gateway zygote and the exec server of a test's state root outlive its cages by
+    design: stop them."""
+    from agentcage import execclient
     from agentcage.backends import zygote
 
     zygote.stop_all(state)
+    execclient.stop(str(state))
 
 
 def agentcage(home: Path, *args: str, timeout: float = 90, cwd: Path | None = None):

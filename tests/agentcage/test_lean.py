@@ -92,9 +92,12 @@ def test_lean_exec_and_shell_behave_as_the_full_cli(home, net):  # noqa: F811
     for r in (lean_m, lean_entry, full):
         assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n")
 
-    # it imports what running a command needs, none of the CLI's own dependencies
-    timed = _run(home, [sys.executable, "-X", "importtime", "-m", "agentcage.cli"],
-                 "exec", "lean", "--", "true")
+    # in-process, it imports what running a command needs, none of the CLI's own dependencies
+    # (through the exec server it imports less still: test_execserver.py)
+    timed = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentcage.cli", "exec",
+                            "lean", "--", "true"], capture_output=True, text=True, timeout=90,
+                           cwd=home, stdin=subprocess.DEVNULL,
+                           env={**_env(home), "AGENTCAGE_EXEC_SERVER": "off"})
     assert timed.returncode == 0, timed.stderr[-500:]
     modules = _imported(timed.stderr)
     assert "agentcage.backends.workload" in modules  # the control: the list is real

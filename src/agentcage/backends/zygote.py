@@ -24,7 +24,6 @@ import contextlib
 import fcntl
 import os
 import socket
-import stat
 import struct
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentcage import procfs
+from agentcage import procfs, residents
 from agentcage.gateway.zygote import (
     LOCK_WAIT,
     lock_path,
@@ -44,15 +43,8 @@ from agentcage.gateway.zygote import (
 
 ENV = "AGENTCAGE_ZYGOTE"
 DIRECTORY = "zygote"
-NAMESPACES = ("net", "mnt", "pid", "user", "cgroup")
 BIND_TIMEOUT = 10.0  # for a zygote just started to bind its socket (it binds before importing)
-_SUN_PATH_MAX = 107  # a unix socket's path, without the terminating NUL
-
-
-def import_root() -> str:
-    import agentcage
-
-    return str(Path(agentcage.__file__).resolve().parent.parent)
+import_root = residents.import_root
 
 
 def code_key() -> str:
@@ -104,7 +96,7 @@ def usable(root: Path) -> bool:
     """Whether gateways of this state root may come from a zygote at all."""
     if os.environ.get(ENV, "").lower() in ("off", "0", "no", "false"):
         return False
-    return os.geteuid() == 0 and len(str(place(root).socket).encode()) <= _SUN_PATH_MAX
+    return os.geteuid() == 0 and len(str(place(root).socket).encode()) <= residents.SUN_PATH_MAX
 
 
 @dataclass(frozen=True)
@@ -141,37 +133,16 @@ class Stale(Unusable):
 # ---- checks ------------------------------------------------------------------------------------
 
 def _check_socket_file(p: Place) -> None:
-    d = os.lstat(p.directory)
-    if not stat.S_ISDIR(d.st_mode) or d.st_uid != os.geteuid() or d.st_mode & 0o077:
-        raise Unusable(f"{p.directory} is not a private directory of ours")
-    s = os.lstat(p.socket)
-    if not stat.S_ISSOCK(s.st_mode) or s.st_uid != os.geteuid() or s.st_mode & 0o077:
-        raise Unusable(f"{p.socket} is not a private socket of ours")
-
-
-def _same(path_a: str, path_b: str) -> bool:
-    a, b = os.stat(path_a), os.stat(path_b)
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+    refusal = residents.private_socket_refusal(str(p.directory), str(p.socket))
+    if refusal:
+        raise Unusable(refusal)
 
 
 def check_peer(p: Place, pid: int, uid: int) -> None:
     """Raise Unusable unless process `pid` is a zygote of ours for place `p` (see the module)."""
-    if uid != os.geteuid() or pid <= 0:
-        raise Unusable(f"the zygote's peer is uid {uid}, pid {pid}")
-    proc = f"/proc/{pid}"
-    try:
-        cmdline = Path(f"{proc}/cmdline").read_bytes().split(b"\0")[:-1]
-        exe = os.readlink(f"{proc}/exe")
-        same_ns = all(_same(f"{proc}/ns/{ns}", f"/proc/self/ns/{ns}") for ns in NAMESPACES)
-        same_root = _same(f"{proc}/root", "/")
-    except OSError as e:
-        raise Unusable(f"cannot inspect the zygote (pid {pid}): {e.strerror}") from None
-    if [a.decode(errors="replace") for a in cmdline] != p.argv():
-        raise Unusable(f"pid {pid} is not a zygote of this state root and installation")
-    if exe != os.path.realpath(sys.executable):
-        raise Unusable(f"the zygote (pid {pid}) runs {exe}, not this interpreter")
-    if not (same_ns and same_root):
-        raise Unusable(f"the zygote (pid {pid}) lives in other namespaces than this process")
+    refusal = residents.peer_refusal(pid, uid, p.argv(), "zygote")
+    if refusal:
+        raise Unusable(refusal)
 
 
 def _peer(sock: socket.socket) -> tuple[int, int]:
