@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
 
+from agentcage import procfs
 from agentcage.errors import AgentcageError
 from agentcage.state import KEPT, CageDir, StateStore, read_json
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `ls` is lean)
+if TYPE_CHECKING:
+    from typing import Any
 
 DOCUMENT_VERSION = 1  # output.document's (a test holds them equal)
 _BOLD, _GREEN, _YELLOW, _RESET = "\x1b[1m", "\x1b[32m", "\x1b[33m", "\x1b[0m"
@@ -24,12 +28,11 @@ _BOLD, _GREEN, _YELLOW, _RESET = "\x1b[1m", "\x1b[32m", "\x1b[33m", "\x1b[0m"
 def status(cage: CageDir) -> dict:
     """runtime.json, `broken` when it says running and its gateway is gone (the end recorded
     in the audit log unless its supervisor did). The namespace backend's `status` too."""
-    runtime = read_json(cage.runtime, dict) if cage.runtime.exists() else {"status": "stopped"}
+    path = cage.file("runtime.json")
+    runtime = read_json(path, dict) if os.path.exists(path) else {"status": "stopped"}
     if runtime.get("status") != "running":
         return runtime
-    from agentcage.backends import host
-
-    if host.recorded_gateway(runtime, cage) is None:
+    if procfs.recorded_gateway(runtime, cage) is None:
         runtime = {**runtime, "status": "broken"}
         pid = runtime.get("gateway_pid")
         from agentcage.gateway import obituary
@@ -39,7 +42,7 @@ def status(cage: CageDir) -> dict:
 
 
 def _lifecycle(cage: CageDir) -> str:
-    meta = read_json(cage.root / "meta.json", dict)
+    meta = read_json(cage.file("meta.json"), dict)
     if isinstance(meta.get("lifecycle"), str):
         return meta["lifecycle"]
     from agentcage.backends.profile import load_meta  # its one-line refusal of a damaged one
@@ -54,7 +57,7 @@ def rows(store: StateStore) -> list[dict[str, Any]]:
     found = []
     for name in store.names():
         cage = store.cage(name)
-        kept = [k for k in KEPT if (cage.root / k).is_dir()]
+        kept = [k for k in KEPT if os.path.isdir(cage.file(k))]
         if cage.only_kept():
             found.append({"name": name, "status": "kept", "lifecycle": "-", "kept": kept})
             continue

@@ -1,9 +1,13 @@
-"""Facts about a process, read from /proc/PID/stat (shared by the host side and the gateway
-zygote, which may not import the host side)."""
+"""Facts about a process, read from /proc/PID (shared by the host side, the gateway zygote,
+which may not import the host side, and `ls` and `exec`, which import nothing they need not)."""
 
 from __future__ import annotations
 
 import os
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing: `ls` reads this)
+if TYPE_CHECKING:
+    from agentcage.state import CageDir
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -45,3 +49,24 @@ def is_process(pid: int, start: int | None) -> bool:
     """Whether `pid` is alive and, given its start time, still the process that started then
     (not another one that got its pid)."""
     return alive(pid) and (start is None or start_time(pid) == start)
+
+
+def pid_matches(pid: int, needle: str) -> bool:
+    """Whether `needle` is in the command line of `pid`."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return needle.encode() in f.read()
+    except OSError:
+        return False
+
+
+def recorded_gateway(runtime: dict, cage: CageDir) -> int | None:
+    """The pid runtime.json records for the cage's gateway if that process is still it."""
+    pid = runtime.get("gateway_pid")
+    if not pid:
+        return None
+    start = runtime.get("gateway_start")
+    if start is not None:
+        return int(pid) if is_process(int(pid), int(start)) else None
+    # recorded without a start time (before they were recorded): the spawned command line
+    return int(pid) if pid_matches(int(pid), cage.file("gateway.json")) else None

@@ -11,14 +11,16 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 from agentcage.errors import StateError
 from agentcage.home import state_directory
 from agentcage.names import NAME_RE
 
-TYPE_CHECKING = False  # (typing.TYPE_CHECKING: `exec` imports this module, typing it need not)
+# (typing.TYPE_CHECKING, without importing typing; pathlib is imported where a Path is made:
+# `ls` and `exec` read the state through `CageDir.file` and `read_json`, which need neither)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
 # What a cage's directory can hold with no cage in it: its stored secrets (`destroy
@@ -29,9 +31,12 @@ KEPT = (SECRETS, VOLUMES)
 # What a cage's directory holds while there is a cage: its configuration, its runtime state,
 # the pid of the `run` that made it (a run killed before it wrote cage.yaml still shows).
 _LIFE = ("cage.yaml", "runtime.json", "owner.pid")
+CA_CERT = "ca/mitmproxy-ca-cert.pem"  # the cage CA's certificate, in its directory
 
 
 def state_root() -> Path:
+    from pathlib import Path
+
     return Path(state_directory())
 
 
@@ -75,10 +80,11 @@ def write_json(path: Path, value: Any) -> None:
     atomic_write(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def read_json(path: Path, kind: type | None = None) -> Any:
+def read_json(path: str | Path, kind: type | None = None) -> Any:
     """The JSON document in `path`; with `kind`, it must be of that type (dict, list)."""
     try:
-        value = json.loads(path.read_text())
+        with open(path, encoding="utf-8") as f:
+            value = json.loads(f.read())
     except FileNotFoundError:
         raise StateError(f"{path} is missing; the cage's state is incomplete (`agentcage "
                           "destroy -y NAME` still cleans up)") from None
@@ -95,31 +101,42 @@ def read_json(path: Path, kind: type | None = None) -> Any:
 class CageDir:
     """The files of one cage. Only paths here; reading and writing is done by the services.
 
-    A value (equal, and hashed, by its directory). Not a dataclass: `ls` and `exec` import this
-    module, and the dataclasses module (with inspect, which it imports) costs them half again
-    what the interpreter's own start does."""
+    A value (equal, and hashed, by its directory). Not a dataclass, and its directory kept as
+    a string (`root`, a Path, is made when asked for): `ls` and `exec` import this module, and
+    the dataclasses module (with inspect) and pathlib cost them more than the rest of what
+    they do; they name files with `file`."""
 
-    __slots__ = ("root",)
-    root: Path
+    __slots__ = ("directory",)
+    directory: str
 
-    def __init__(self, root: Path):
-        object.__setattr__(self, "root", root)
+    def __init__(self, root: str | Path):
+        object.__setattr__(self, "directory", os.path.normpath(os.fspath(root)))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"CageDir is immutable: cannot set {name}")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, CageDir) and other.root == self.root
+        return isinstance(other, CageDir) and other.directory == self.directory
 
     def __hash__(self) -> int:
-        return hash(self.root)
+        return hash(self.directory)
 
     def __repr__(self) -> str:
-        return f"CageDir(root={self.root!r})"
+        return f"CageDir(root={self.directory!r})"
+
+    @property
+    def root(self) -> Path:
+        from pathlib import Path
+
+        return Path(self.directory)
+
+    def file(self, name: str) -> str:
+        """The path of `name` in the cage's directory, as a string."""
+        return os.path.join(self.directory, name)
 
     @property
     def name(self) -> str:
-        return self.root.name
+        return os.path.basename(self.directory)
 
     config = property(lambda self: self.root / "cage.yaml")
     runtime = property(lambda self: self.root / "runtime.json")
@@ -132,7 +149,7 @@ class CageDir:
     capture = property(lambda self: self.root / "capture.jsonl")  # + .1, .2... (rotated)
     workload_log = property(lambda self: self.root / "workload.log")
     ca_dir = property(lambda self: self.root / "ca")
-    ca_cert = property(lambda self: self.root / "ca" / "mitmproxy-ca-cert.pem")
+    ca_cert = property(lambda self: self.root / CA_CERT)
     upstream_ca = property(lambda self: self.root / "upstream-ca.pem")
     cage_bundle = property(lambda self: self.root / "cage-ca-bundle.pem")
     owner = property(lambda self: self.root / "owner.pid")  # a run's cage: its `run`'s pid
@@ -141,23 +158,30 @@ class CageDir:
     watcher = property(lambda self: self.root / "watcher.json")  # written by the gateway only
 
     def exists(self) -> bool:
-        return self.config.exists()
+        return os.path.exists(self.file("cage.yaml"))
 
     def only_kept(self) -> bool:
         """Whether the directory holds no cage, only what one keeps (KEPT) for its next life."""
-        return not any((self.root / m).exists() for m in (*_LIFE, "meta.json"))
+        return not any(os.path.exists(self.file(m)) for m in (*_LIFE, "meta.json"))
 
     def holds_a_cage(self) -> bool:
         """Whether a command can still name a cage here (its configuration, its runtime state,
         or its `run`): if not, nothing would ever stop a gateway of it (see orphans.py)."""
-        return any((self.root / m).exists() for m in _LIFE)
+        return any(os.path.exists(self.file(m)) for m in _LIFE)
 
 
 class StateStore:
     """All cages under one root."""
 
     def __init__(self, root: Path | None = None):
-        self.root = root or state_root()
+        # a string until a Path is asked for (`root`): see CageDir
+        self.directory = os.fspath(root) if root else state_directory()
+
+    @property
+    def root(self) -> Path:
+        from pathlib import Path
+
+        return Path(self.directory)
 
     @property
     def cages_dir(self) -> Path:
@@ -166,7 +190,7 @@ class StateStore:
     def cage(self, name: str) -> CageDir:
         if not NAME_RE.match(name):
             raise StateError(f"cage name {name!r} is invalid; use a-z, 0-9 and '-'")
-        return CageDir(self.cages_dir / name)
+        return CageDir(os.path.join(self.directory, "cages", name))
 
     def create(self, name: str) -> CageDir:
         ensure_private_dir(self.root)
@@ -176,13 +200,14 @@ class StateStore:
         return cage
 
     def names(self) -> list[str]:
-        if not self.cages_dir.is_dir():
+        cages = os.path.join(self.directory, "cages")
+        if not os.path.isdir(cages):
             return []
         # a cage whose `run` was killed before it wrote cage.yaml still shows (for prune), and
         # so does what a cage keeps for its next life (secrets, named volumes: see KEPT)
         markers = (*_LIFE, *KEPT)
-        return sorted(p.name for p in self.cages_dir.iterdir()
-                      if any((p / m).exists() for m in markers))
+        return sorted(name for name in os.listdir(cages)
+                      if any(os.path.exists(os.path.join(cages, name, m)) for m in markers))
 
     def remove(self, name: str, keep: tuple[str, ...] = ()) -> None:
         """Remove the cage's directory, or everything in it but the entries `keep` (when one

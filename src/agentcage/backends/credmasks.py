@@ -86,8 +86,8 @@ def refresh(cage: CageDir, volumes: Sequence[tuple[str, str, str]], enabled: boo
 
 def listed(cage: CageDir) -> list[Masked]:
     """The files the cage's commands mask (as the last walk found them)."""
-    path = cage.root / MASKS_FILE
-    if not path.exists():
+    path = cage.file(MASKS_FILE)
+    if not os.path.exists(path):
         return []
     doc = read_json(path, dict)
     try:

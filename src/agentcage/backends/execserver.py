@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import select
 import signal
@@ -167,6 +168,10 @@ class Server:
             return False
         preload()
         self.code = code_files()
+        # what is loaded now is never collected: a session's collections leave its pages (and
+        # the server's, shared until written) alone, so a fork copies less
+        gc.collect()
+        gc.freeze()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.place.socket)  # the lock is ours: whoever made this socket is gone
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

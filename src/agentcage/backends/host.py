@@ -17,10 +17,6 @@ from pathlib import Path
 from agentcage import procfs
 from agentcage.errors import BackendError
 
-TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing here)
-if TYPE_CHECKING:
-    from agentcage.state import CageDir
-
 
 def run(argv: list[str], *, check: bool = True, input: str | None = None,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -223,27 +219,11 @@ def pids_in_netns(ns: str) -> list[int]:
     return pids_in_netnses(ns)
 
 
-def pid_matches(pid: int, needle: str) -> bool:
-    try:
-        return needle.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
+# (in procfs: `ls` and `exec` use them, and this module's imports are not for them)
 alive = procfs.alive
 is_process = procfs.is_process
-
-
-def recorded_gateway(runtime: dict, cage: CageDir) -> int | None:
-    """The pid runtime.json records for the cage's gateway if that process is still it."""
-    pid = runtime.get("gateway_pid")
-    if not pid:
-        return None
-    start = runtime.get("gateway_start")
-    if start is not None:
-        return int(pid) if is_process(int(pid), int(start)) else None
-    # recorded without a start time (before they were recorded): the spawned command line
-    return int(pid) if pid_matches(int(pid), str(cage.gateway_settings)) else None
+pid_matches = procfs.pid_matches
+recorded_gateway = procfs.recorded_gateway
 
 
 def terminate(pids: list[int], grace: float = 3.0) -> None:

@@ -85,7 +85,7 @@ class CageMeta:
         )
 
 
-def load_meta(path: Path) -> CageMeta:
+def load_meta(path: str | Path) -> CageMeta:
     """meta.json, checked: a damaged one is refused in one line naming it."""
     from agentcage.errors import StateError
     from agentcage.state import read_json

@@ -39,7 +39,7 @@ from agentcage.backends.sandbox import (
 from agentcage.backends.seccomp import build_filter
 from agentcage.errors import BackendError, StateError
 from agentcage.record import record, replace
-from agentcage.state import CageDir, read_json
+from agentcage.state import CA_CERT, CageDir, read_json
 
 # Imported where a cage needs them (an image, named volumes, a terminal, a lent Python): a
 # plain `exec` pays for none of their imports.
@@ -62,8 +62,8 @@ class Target:
 
 def running_target(cage: CageDir) -> Target:
     """The running cage's namespace and workload profile; refuses if anything is down."""
-    runtime: dict = (read_json(cage.runtime, dict) if cage.runtime.exists()
-                     else {"status": "stopped"})
+    path = cage.file("runtime.json")
+    runtime: dict = read_json(path, dict) if os.path.exists(path) else {"status": "stopped"}
     if runtime.get("status") != "running":
         raise BackendError(f"cage {cage.name} is not running; `agentcage start {cage.name}`")
     gw_pid, gw_start = runtime.get("gateway_pid"), runtime.get("gateway_start")
@@ -73,9 +73,9 @@ def running_target(cage: CageDir) -> Target:
     try:
         plan = netplan.NetPlan.from_dict(runtime["plan"])
     except (KeyError, TypeError, ValueError):
-        raise StateError(f"{cage.runtime} is damaged; `agentcage destroy -y {cage.name}` "
+        raise StateError(f"{path} is damaged; `agentcage destroy -y {cage.name}` "
                          "still cleans up") from None
-    return Target(cage, plan, load_meta(cage.root / "meta.json"),
+    return Target(cage, plan, load_meta(cage.file("meta.json")),
                   tuple(str(d) for d in runtime.get("cgroups", ())))
 
 
@@ -145,7 +145,8 @@ def sandbox_spec(t: Target, command: Sequence[str], interactive: bool, fds: list
                            "container.image (its own layer)")
     env = dict(t.meta.env)
     env.update(placeholders(t) if env_placeholders is None else env_placeholders)
-    ca = t.cage.ca_cert.read_bytes()
+    with open(t.cage.file(CA_CERT), "rb") as f:
+        ca = f.read()
     system_bundle = os.path.exists(SYSTEM_BUNDLE_PATH)
     system = b""
     if system_bundle:
