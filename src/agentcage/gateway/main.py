@@ -251,7 +251,15 @@ def _mail_relays(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamA
 
 
 async def serve(settings: GatewaySettings, uplink: Uplink,
-                timings: dict[str, float] | None = None) -> int:
+                timings: dict[str, float] | None = None, since: float | None = None) -> int:
+    """Serve until stopped. `timings`: the ready line's, to which the seconds since `since`
+    (the settings taken) at which it was armed and answering names are added."""
+    since = time.monotonic() if since is None else since
+
+    def mark(step: str) -> None:
+        if timings is not None:
+            timings[step] = round(time.monotonic() - since, 3)
+
     # credentials the cage tried to send are fingerprinted in it, never kept (auditmask.py)
     audit_log = AuditLog(Path(settings.audit_path), mask=CredentialMask(load_patterns()))
     holder = PolicyHolder(Path(settings.policy_path), audit_log.write_or_say,
@@ -274,6 +282,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
         audit_log.observers.append(watcher.observe)  # the names the cage looks up
     live = LivePolicy(lambda: holder.current, grants, watcher)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
+    mark("armed")
     capture = None
     if settings.capture.enable_har and settings.capture_path:
         capture = CaptureLog(
@@ -318,6 +327,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
     resolver_thread = dns.ResolverThread(cage_resolver, settings.gateway_address,
                                          settings.dns_port)
     resolver_thread.start()  # its own thread: the proxy's load never delays an answer
+    mark("resolving")
     started = time.monotonic()
     published = None
     if settings.published_ports:  # listening before the gateway says it is ready
@@ -466,8 +476,10 @@ def run(settings_path: Path, wait: float, t0: float | None = None, ca=None) -> i
     uplink = Uplink(uplink_fd, host_routes)
     try:
         install_ca(Path(settings.confdir), ca_key, ca_cert)
-        timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3)}
-        return asyncio.run(serve(settings, uplink, timings), loop_factory=GatewayEventLoop)
+        timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3),
+                   "in_namespace": round(time.monotonic() - t_settings, 3)}
+        return asyncio.run(serve(settings, uplink, timings, t_settings),
+                           loop_factory=GatewayEventLoop)
     finally:
         uplink.close()
 
