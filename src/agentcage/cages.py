@@ -210,9 +210,10 @@ class CageService:
     def write_state(self, cage: CageDir, spec: CageSpec, project: Path,
                     volumes: tuple[tuple[str, str, str], ...],
                     keep_entries: dict[str, list[dict]] | None = None,
-                    rebuild: bool = False) -> None:
+                    rebuild: bool = False, durable: bool = True) -> None:
         """Everything of the cage but its runtime, written from `spec`; `rebuild`: the layer
-        of its image is made again (what was installed in it is gone)."""
+        of its image is made again (what was installed in it is gone); `durable`: flushed to
+        the disk (not for a run's cage, removed when it ends: see state.atomic_write)."""
         from agentcage.config.document import document_text
 
         host_uid, host_gid, how = choose_host_user(spec, project)
@@ -225,16 +226,16 @@ class CageService:
         # the image's files, unpacked once (they are the cage's layer, kept by `update`)
         layer = layers.ensure(cage, spec.image, host_uid, host_gid, rebuild, self.backend.say)
         meta = make_meta(spec, project, host_uid, host_gid, volumes, layers.image_env(layer))
-        self.backend.write_meta(cage, meta)
+        self.backend.write_meta(cage, meta, durable)
         from agentcage.backends import credmasks
 
         credmasks.refresh(cage, meta.volumes, meta.mask_credentials, meta.unmask)
-        write_json(cage.policy, doc)
+        write_json(cage.policy, doc, durable)
         text = document_text(spec.document)
         write_json(cage.root / FORM_FILE, {"sha256": _digest(text.encode()),
-                                           "document": spec.document})
+                                           "document": spec.document}, durable)
         # last: the cage exists once it is there
-        atomic_write(cage.config, text)
+        atomic_write(cage.config, text, durable=durable)
 
     def start(self, name: str) -> dict:
         cage = self._existing(name)

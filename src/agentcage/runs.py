@@ -90,8 +90,11 @@ def run(service: CageService, request: RunRequest) -> int:
         service.backend.validate(spec)
         from agentcage.backends.profile import resolve_volumes
 
+        # not durable: the run's cage is removed when it ends (its secrets and volumes, kept,
+        # are written by their own code)
         service.write_state(cage, spec, *resolve_volumes(spec, request.base, request.project,
-                                                          (service.store.root,)))
+                                                          (service.store.root,)),
+                            durable=False)
         from agentcage.backends import credmasks
 
         if (masked := credmasks.listed(cage)):
@@ -130,7 +133,7 @@ def _claim(service: CageService, cage: CageDir) -> None:
             service.backend.stop(cage, grace=0)
             service.store.remove(cage.name, keep=KEPT)
         service.store.create(cage.name)
-        atomic_write(cage.owner, str(os.getpid()))
+        atomic_write(cage.owner, str(os.getpid()), durable=False)
 
 
 def _owner(cage: CageDir) -> int | None:

@@ -75,13 +75,15 @@ def refresh(cage: CageDir, volumes: Sequence[tuple[str, str, str]], enabled: boo
             doc = read_json(path, dict)
             fresh = time.time() - float(doc["walked_at"]) < REUSE_SECONDS
             if doc.get("for_start") and doc.get("of") == of and fresh:
-                write_json(path, {**doc, "for_start": False})
+                write_json(path, {**doc, "for_start": False}, durable=False)
                 return
         except (StateError, KeyError, TypeError, ValueError):
             pass  # walked again below
     masked, truncated = find(volumes, unmask) if enabled else ([], False)
+    # walked again at every start: not durable
     write_json(path, {"files": [m.as_list() for m in masked], "truncated": truncated,
-                      "of": of, "walked_at": time.time(), "for_start": not starting})
+                      "of": of, "walked_at": time.time(), "for_start": not starting},
+               durable=False)
 
 
 def listed(cage: CageDir) -> list[Masked]:

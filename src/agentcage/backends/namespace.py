@@ -31,7 +31,14 @@ from agentcage.backends.sandbox import SYSTEM_BUNDLE_PATH
 from agentcage.errors import BackendError, StateError
 from agentcage.gateway.firewall import render_ruleset, sysctls
 from agentcage.gateway.settings import GatewaySettings
-from agentcage.state import CageDir, StateStore, atomic_write, read_json, write_json
+from agentcage.state import (
+    CageDir,
+    StateStore,
+    atomic_write,
+    read_json,
+    write_json,
+    write_runtime,
+)
 
 if TYPE_CHECKING:
     from agentcage.config.spec import CageSpec
@@ -155,8 +162,8 @@ class NamespaceBackend:
                 return netplan.NetPlan(suffix=suffix, slot=0, uplink="found by its gateway")
         return None
 
-    def write_meta(self, cage: CageDir, meta: CageMeta) -> None:
-        write_json(cage.root / "meta.json", meta.to_dict())
+    def write_meta(self, cage: CageDir, meta: CageMeta, durable: bool = True) -> None:
+        write_json(cage.root / "meta.json", meta.to_dict(), durable=durable)
 
     def validate(self, spec: CageSpec) -> None:
         """Refuse what this backend cannot enforce, instead of silently ignoring it (read
@@ -240,7 +247,7 @@ class NamespaceBackend:
                     raise BackendError(f"cage {cage.name} is already running; stop it first")
                 plan = netplan.NetPlan(netplan.new_suffix(),
                                        netplan.free_slot(self._used_slots()), uplink)
-                write_json(cage.runtime, {**runtime, "status": "starting",
+                write_runtime(cage, {**runtime, "status": "starting",
                                           "plan": plan.to_dict()})
         except BaseException:
             if gateway is not None:
@@ -265,7 +272,7 @@ class NamespaceBackend:
         `_bring_up`; `Pending.close` ends a fork that is never taken."""
         pending = self.gateways.early(cage)
         if pending.process is not None:
-            write_json(cage.runtime, {"status": "starting", **_identity(pending.process)})
+            write_runtime(cage, {"status": "starting", **_identity(pending.process)})
         return pending
 
     def _used_slots(self) -> set[int]:
@@ -290,7 +297,7 @@ class NamespaceBackend:
         if pending is None:
             pending = self.gateways.early(cage)
             if pending.process is not None:
-                write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
+                write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
                                           **_identity(pending.process)})
         try:
             return self._build(cage, spec, plan, pending, dns_servers, command)
@@ -310,7 +317,7 @@ class NamespaceBackend:
         # the setting lands. `default` is what the veth takes, in each namespace it enters.
         host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
         host.write_sysctls(plan.gw_ns, sysctls())
-        atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files))
+        atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files), durable=False)
         # The secret values go to the gateway only, through tmpfs; never into the cage.
         from agentcage.secrets import cage as cage_secrets
 
@@ -356,11 +363,12 @@ class NamespaceBackend:
             firewall.close()
             raise
         firewall.result()
-        atomic_write(cage.gateway_settings, settings.to_json())  # the gateway's go signal
+        # the gateway's go signal (written at every start: not durable)
+        atomic_write(cage.gateway_settings, settings.to_json(), durable=False)
         proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
         try:
             if pending.process is None:
-                write_json(cage.runtime, {"status": "starting", "plan": plan.to_dict(),
+                write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
                                           **_identity(proc)})
             proc.go()  # recorded: a forked gateway may serve (else it exits, doing nothing)
         finally:
@@ -377,7 +385,7 @@ class NamespaceBackend:
             runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
                        "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
                        "started_at": time.time()}
-            write_json(cage.runtime, runtime)
+            write_runtime(cage, runtime)
         except BaseException:
             if started is not None:
                 started.abort()
@@ -429,7 +437,7 @@ class NamespaceBackend:
         if plan is None:
             cage_secrets.unstage_for_gateway(cage)
             if cage.root.exists() and runtime:
-                write_json(cage.runtime, {"status": "stopped"})
+                write_runtime(cage, {"status": "stopped"})
             return
         if teardown is not None:
             teardown.result(check=False)  # some may be gone already
@@ -439,7 +447,7 @@ class NamespaceBackend:
             cage.gateway_ready.unlink()
         cage_secrets.unstage_for_gateway(cage)
         if cage.root.exists():
-            write_json(cage.runtime, {"status": "stopped"})
+            write_runtime(cage, {"status": "stopped"})
 
     # ---- exec ----------------------------------------------------------------------------
 
