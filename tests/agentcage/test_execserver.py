@@ -192,3 +192,78 @@ def _sleeping() -> bool:
             except OSError:
                 continue
     return False
+
+
+def test_a_served_shell_follows_the_windows_size(home, net):  # noqa: F811
+    """On a terminal the command gets a pty of its own, relayed by the server's child: a new
+    window size reaches it (the client passes SIGWINCH on). The command is proven served: its
+    sandbox's process descends from the server."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    create_cage(home, net, "tty", [])
+    _exec(home, "tty", "--", "true")
+    server = _server_up(home)
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execvpe(sys.executable, [sys.executable, "-m", "agentcage.cli", "exec", "tty",
+                                        "--", "sh", "-c", "stty size; read x; stty size"],
+                       {**_env(home), "TERM": "xterm"})
+        finally:
+            os._exit(127)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    shown = b""
+
+    def read_until(text: bytes) -> None:
+        nonlocal shown
+        deadline = time.monotonic() + 60
+        while text not in shown and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    shown += os.read(fd, 65536)
+                except OSError:
+                    return
+
+    try:
+        read_until(b"24 80")
+        assert b"24 80" in shown, shown
+        assert server in _ancestors(_bwrap_of(pid, server)), "the command was not served"
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))  # SIGWINCH
+        time.sleep(0.5)
+        os.write(fd, b"\n")
+        read_until(b"33 101")
+        assert b"33 101" in shown, shown
+        read_until(b"the end: the terminal closes")  # until it does (EIO)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _ancestors(pid: int) -> list[int]:
+    found = []
+    while pid > 1:
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+        found.append(pid)
+    return found
+
+
+def _bwrap_of(client: int, server: int) -> int:
+    """The sandbox's bwrap among the server's descendants (none of the client's)."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "bwrap" and (
+                        server in _ancestors(int(pid))):
+                    assert client not in _ancestors(int(pid))
+                    return int(pid)
+            except OSError:
+                continue
+    raise AssertionError("no sandbox of the server's found")
