@@ -44,14 +44,19 @@ INTERRUPTS: dict[str, type[KeyboardInterrupt]] = {
 
 
 def key() -> str:
-    """This installation (a name, not a proof: the server is proven by its command line): the
-    interpreter as invoked, its environment, the import root and the version."""
+    """This installation and this process's inheritable state (a name, not a proof: the
+    server is proven by its command line, and checks the client's state itself): the
+    interpreter as invoked, its environment, the import root and the version; and what a
+    command inherits from this process (residents.process_state), so that a server started
+    from one context (a `nohup`, a `ulimit`, another cgroup) is never the one another
+    context finds: each has its own."""
     import zlib
 
     from agentcage import __version__
 
     ident = "\0".join((sys.executable, sys.prefix, residents.import_root(), __version__))
-    return f"{zlib.crc32(ident.encode()):08x}"
+    state = repr(sorted(residents.process_state().items()))
+    return f"{zlib.crc32(ident.encode()):08x}-{zlib.crc32(state.encode()):08x}"
 
 
 class Place:

@@ -62,6 +62,43 @@ def peer_refusal(pid: int, uid: int, argv: list[str], what: str) -> str | None:
     return None
 
 
+# /proc/PID/status fields a command inherits from the process that starts it
+STATUS_FIELDS = ("Uid", "Gid", "Groups", "Umask", "CapInh", "CapPrm", "CapEff", "CapBnd",
+                 "CapAmb", "NoNewPrivs", "Seccomp", "Seccomp_filters", "SigBlk", "SigIgn",
+                 "Cpus_allowed_list", "Mems_allowed_list")
+# /proc/PID/stat fields after the name: priority, nice, rt_priority, policy
+STAT_FIELDS = {"priority": 15, "nice": 16, "rt_priority": 37, "policy": 38}
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def process_state(pid: int | str = "self") -> dict[str, str]:
+    """What a command started by process `pid` would inherit from it, as text (for the exec
+    server, which serves only a client whose state is its own; its I/O priority, which needs a
+    system call, it adds itself)."""
+    proc = f"/proc/{pid}"
+    found: dict[str, str] = {}
+    for line in _read(f"{proc}/status").splitlines():
+        name, _, value = line.partition(":")
+        if name in STATUS_FIELDS:
+            found[name] = " ".join(value.split())
+    fields = _read(f"{proc}/stat").rsplit(")", 1)[1].split()
+    found.update((name, fields[i]) for name, i in STAT_FIELDS.items())
+    for name in ("limits", "cgroup", "oom_score_adj", "attr/current", "personality"):
+        try:
+            found[name] = _read(f"{proc}/{name}")
+        except OSError as e:  # a kernel without the file (no LSM): the same for both
+            found[name] = f"({e.errno})"
+    for ns in sorted(os.listdir(f"{proc}/ns")):
+        found[f"ns/{ns}"] = os.readlink(f"{proc}/ns/{ns}")
+    root = os.stat(f"{proc}/root")
+    found["root"] = f"{root.st_dev}:{root.st_ino}"
+    return found
+
+
 def import_root() -> str:
     """The directory agentcage is imported from (a source tree's src/, or site-packages)."""
     import agentcage

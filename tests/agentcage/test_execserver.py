@@ -97,20 +97,33 @@ def test_a_served_exec_gives_what_an_in_process_one_gives(home, net):  # noqa: F
     assert _exec(home, "nosuch", "--", "true").stderr.startswith("error: no cage named")
 
 
-def test_a_client_whose_inheritance_differs_runs_in_process(home, net):  # noqa: F811
+def test_a_client_whose_inheritance_differs_is_never_served_by_that_server(home, net):  # noqa: F811
     create_cage(home, net, "inh", [])
     _exec(home, "inh", "--", "true")
     _server_up(home)
-    # a umask the server does not have: refused, run here, and the command has it
+    ours = os.umask(0o022)
+    os.umask(ours)
+    control = _exec(home, "inh", "--", "sh", "-c", "umask", timing=True)
+    assert control.stdout == f"{ours:04o}\n" and _served(control.stderr)
+    # another umask: its own key finds no server of that state, so it runs here (and starts
+    # one for its state), with the umask it has
     other = subprocess.run(["sh", "-c", "umask 077; exec \"$@\"", "sh", sys.executable,
                             "-X", "importtime", "-m", "agentcage.cli", "exec", "inh", "--",
                             "sh", "-c", "umask"], env=_env(home), capture_output=True,
                            text=True, timeout=90, cwd=home, stdin=subprocess.DEVNULL)
     assert other.stdout == "0077\n" and not _served(other.stderr)
-    ours = os.umask(0o022)
-    os.umask(ours)
-    control = _exec(home, "inh", "--", "sh", "-c", "umask", timing=True)
-    assert control.stdout == f"{ours:04o}\n" and _served(control.stderr)
+    # and the first server, asked directly by such a client, refuses it: nothing is run
+    key = execclient.Place(str(home / "home")).key  # this process's: the server's
+    ask = ("import os, sys; os.umask(0o077); from agentcage import execclient; "
+           f"print(execclient.run(execclient.Place(sys.argv[1], {key!r}), 'inh', "
+           "['sh', '-c', 'touch /workspace/refused']))")
+    asked = subprocess.run([sys.executable, "-c", ask, str(home / "home")], env=_env(home),
+                           capture_output=True, text=True, timeout=90, cwd=home,
+                           stdin=subprocess.DEVNULL)
+    assert asked.stdout == "None\n", asked.stderr
+    assert not (home / "work" / "project" / "refused").exists()
+    log = Path(execclient.Place(str(home / "home")).log).read_text()
+    assert "the client's Umask is not the server's" in log
 
 
 def test_an_interrupt_and_the_clients_death_stop_the_served_command(home, net):  # noqa: F811

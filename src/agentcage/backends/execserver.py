@@ -46,10 +46,9 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import NoReturn
 
-from agentcage import execclient, lean
+from agentcage import execclient, lean, residents
 from agentcage.errors import AgentcageError
 from agentcage.gateway.zygote import (
     changed_code,
@@ -64,35 +63,13 @@ IDLE_SECONDS = 15 * 60
 TICK = 0.5  # how often it checks its socket and its idle time
 REQUEST_TIMEOUT = 5.0
 
-# /proc/PID/status fields a command inherits from the process that starts it
-STATUS_FIELDS = ("Uid", "Gid", "Groups", "Umask", "CapInh", "CapPrm", "CapEff", "CapBnd",
-                 "CapAmb", "NoNewPrivs", "Seccomp", "Seccomp_filters", "SigBlk", "SigIgn",
-                 "Cpus_allowed_list", "Mems_allowed_list")
-# /proc/PID/stat fields after the name: priority, nice, rt_priority, policy
-STAT_FIELDS = {"priority": 15, "nice": 16, "rt_priority": 37, "policy": 38}
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}  # syscall numbers
 _IOPRIO_WHO_PROCESS = 1
 
 
 def inherited(pid: int | str) -> dict[str, str]:
     """What a command started by process `pid` would inherit from it, as text."""
-    proc = f"/proc/{pid}"
-    found: dict[str, str] = {}
-    for line in Path(f"{proc}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in STATUS_FIELDS:
-            found[name] = " ".join(value.split())
-    fields = Path(f"{proc}/stat").read_text().rsplit(")", 1)[1].split()
-    found.update((name, fields[i]) for name, i in STAT_FIELDS.items())
-    for name in ("limits", "cgroup", "oom_score_adj", "attr/current", "personality"):
-        try:
-            found[name] = Path(f"{proc}/{name}").read_text()
-        except OSError as e:  # a kernel without the file (no LSM): the same for both
-            found[name] = f"({e.errno})"
-    for ns in sorted(os.listdir(f"{proc}/ns")):
-        found[f"ns/{ns}"] = os.readlink(f"{proc}/ns/{ns}")
-    root = os.stat(f"{proc}/root")
-    found["root"] = f"{root.st_dev}:{root.st_ino}"
+    found = residents.process_state(pid)
     found["ioprio"] = str(_ioprio(int(pid) if pid != "self" else os.getpid()))
     return found
 
