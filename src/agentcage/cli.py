@@ -349,7 +349,9 @@ def _lifecycle(verb: str):
     def command(name: str) -> None:
         svc = _service()
         getattr(svc, verb)(name)
-        out.print(f"cage {name}: {verb} done")
+        # the line as rich would print it (a cage's name has no markup), without importing
+        # rich: a good part of what a start costs besides the start itself
+        sys.stdout.write(f"cage {name}: {verb} done\n")
 
     command.__doc__ = f"{verb.capitalize()} a cage."
     command.__name__ = verb
