@@ -48,6 +48,13 @@ out = _Console(highlight=False, soft_wrap=True, emoji=False)  # ":secret:" is no
 err = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
+def _plain_line(line: str) -> None:
+    """A line of words and a cage's name, as `out.print` prints it (no markup, no style, no
+    wrapping), without importing rich: a good part of what `start` or `cage create` costs
+    besides the start itself."""
+    sys.stdout.write(line + "\n")
+
+
 def _service():
     from agentcage.backends.namespace import NamespaceBackend
     from agentcage.cages import CageService
@@ -240,7 +247,7 @@ def cage_create(config_path: Path, project: Path | None, no_start: bool,
         service.create(config, base, project, start=not no_start, overrides=overrides)
         name = config.name
     _keep_source(service, name, config_path)
-    out.print(f"cage {name} {'created' if no_start else 'running'}")
+    _plain_line(f"cage {name} {'created' if no_start else 'running'}")
     _say_masked(service, name)
 
 
@@ -349,9 +356,7 @@ def _lifecycle(verb: str):
     def command(name: str) -> None:
         svc = _service()
         getattr(svc, verb)(name)
-        # the line as rich would print it (a cage's name has no markup), without importing
-        # rich: a good part of what a start costs besides the start itself
-        sys.stdout.write(f"cage {name}: {verb} done\n")
+        _plain_line(f"cage {name}: {verb} done")
 
     command.__doc__ = f"{verb.capitalize()} a cage."
     command.__name__ = verb
