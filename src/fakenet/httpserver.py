@@ -2,7 +2,8 @@
 `/download/<size>`, see downloads.py; a compression bomb at `/bomb/<size>`, bombs.py; a server
 that accepts and never answers at `/hang`, hangs.py; one that refuses an upload before its
 body and stops reading at `/discard...?early=<seconds>`, early.py; a model's answer at
-/v1/messages, /v1/responses and /api/v1/chat/completions, models.py; a host with a static
+/v1/messages, /v1/responses, /api/v1/chat/completions and Gemini's /v1beta/models/...,
+models.py; a host with a static
 site, such as a package registry, from its files, sites.py), and record every request."""
 
 from __future__ import annotations

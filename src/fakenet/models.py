@@ -1,10 +1,14 @@
-"""A fake model provider: the two wire formats coding agents speak, driven by a script.
+"""A fake model provider: the wire formats coding agents speak, driven by a script.
 
     POST /v1/messages    Anthropic Messages (Claude Code): SSE when "stream" is true, else JSON
     POST /v1/responses   OpenAI Responses (Codex): always SSE
     POST /api/v1/chat/completions, /v1/chat/completions
-                         OpenAI Chat Completions (OpenRouter's API; the gateway's own calls):
-                         JSON, the script's text (the gateway's tools: their script, below)
+                         OpenAI Chat Completions (OpenRouter's API, aider through litellm; the
+                         gateway's own calls): SSE chunks when "stream" is true, else JSON
+                         (the gateway's tools: their script, below)
+    POST /v1beta/models/MODEL:streamGenerateContent (and :generateContent)
+                         Google's Gemini API (Gemini CLI): SSE data lines with `alt=sse`, a
+                         JSON array without; JSON for :generateContent
 
 and what an interactive Claude Code asks at start: `GET /api/hello` (and, on its OAuth host,
 `GET /v1/oauth/hello`) must answer 200 or it stops ("Unable to connect"); its managed settings
@@ -14,9 +18,12 @@ account that has none.
 The test writes the session as a list of steps (`FakeInternet.script_model`); the server reads
 it at every request. A step is {"shell": "<command>"} (the model has the agent run a command
 with the agent's own shell tool: `Bash` {command} for Claude Code, `bash` {command} for pi
-(either API), `exec_command` {cmd} for Codex) or {"say": "<text>"} (a final answer). Which step
-a request is at is counted from the request itself: the number of tool results the agent has
-sent back so far, so the server keeps no state and every request of the session gets the next
+(either API), `exec_command` {cmd} for Codex, `run_shell_command` {command} for Gemini CLI; on
+Chat Completions, which aider speaks without tools, a reply holding the command in a ```bash
+block, the way aider's edit formats ask a model to suggest one) or {"say": "<text>"} (a final
+answer). Which step a request is at is counted from the request itself: the number of tool
+results the agent has sent back so far (on Chat Completions without tools, the model's own
+replies so far), so the server keeps no state and every request of the session gets the next
 step. A request without the shell tool gets the first text from its step on: a side request (a
 title), or a conversation at a terminal, as Codex's TUI has one with its default model, whose
 tools are declared elsewhere in the request. Past the last step: the last text.
@@ -28,7 +35,8 @@ check which key reached the provider and which bytes did not.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +52,11 @@ ANTHROPIC_SHELLS = ("Bash", "bash", "exec")
 # Codex's, pi's, OpenClaw's.
 OPENAI_SHELLS = {"exec_command": "cmd", "bash": "command", "exec": "command"}
 _CALL_PREFIX = "call_fake"  # a Responses call's id: this, then the number of its step
+# Google's Gemini API: a model's methods under /v1beta (the CLI's), /v1alpha or /v1
+GEMINI_PATH = re.compile(r"/v1(?:beta|alpha)?/models/[^/:]+:(generateContent|"
+                         r"streamGenerateContent)")
+# Its shell tools, by the name each agent declares, with their command's argument: Gemini CLI's
+GEMINI_SHELLS = {"run_shell_command": "command"}
 HELLO_PATHS = ("/api/hello", "/v1/oauth/hello")  # 200: "the service answers"
 NONE_PATHS = ("/api/claude_code/settings", "/api/claude_code/policy_limits")  # 404: none
 
@@ -52,7 +65,8 @@ def wants(request: HttpRequest) -> bool:
     path = request.target.split("?", 1)[0]
     if request.method == "GET" and path in (*HELLO_PATHS, *NONE_PATHS):
         return True
-    return request.method == "POST" and path in (ANTHROPIC_PATH, OPENAI_PATH, *CHAT_PATHS)
+    return request.method == "POST" and (path in (ANTHROPIC_PATH, OPENAI_PATH, *CHAT_PATHS)
+                                         or GEMINI_PATH.fullmatch(path) is not None)
 
 
 # A request that declares one of the gateway's own tools (the policy API decider's `decide`,
@@ -130,11 +144,7 @@ def respond(request: HttpRequest, script_file: str | None) -> bytes:
     decider = _decider_step(request, script_file)
     if decider is not None:
         return _decider_answer(request, decider)
-    path = request.target.split("?", 1)[0]
-    if path in CHAT_PATHS:  # no shell tool is played here: the script's text
-        text = _step(_read_script(script_file), 0, False).get("say", "")
-        return _http(200, "application/json", json.dumps(
-            _chat_completion(None, None, text)).encode())
+    path, _, query = request.target.partition("?")
     if request.method == "GET":
         if path in HELLO_PATHS:
             return _http(200, "application/json", b'{"message": "hello"}')
@@ -146,7 +156,13 @@ def respond(request: HttpRequest, script_file: str | None) -> bytes:
     except ValueError:
         return _http(400, "application/json", json.dumps({"error": "body is not JSON"}).encode())
     steps = _read_script(script_file)
-    if request.target.split("?", 1)[0] == ANTHROPIC_PATH:
+    if path in CHAT_PATHS:
+        return _chat_answer(body, steps)
+    gemini = GEMINI_PATH.fullmatch(path)
+    if gemini is not None:
+        return _gemini_answer(body, steps, streaming=gemini.group(1) != "generateContent",
+                              sse="alt=sse" in query.split("&"))
+    if path == ANTHROPIC_PATH:
         done = _anthropic_results(body)
         shell = next((name for name in ANTHROPIC_SHELLS if _has_tool(body, name)), None)
         step = _step(steps, done, shell is not None)
@@ -303,11 +319,82 @@ def _chat_completion(tool: str | None, arguments: Any, text: str) -> dict[str, A
             "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
 
 
+_CHAT_SHELL_INTRO = "Run this shell command:"  # how a suggestion of this server's opens
+
+
+def _chat_answer(body: dict[str, Any], steps: list[dict[str, Any]]) -> bytes:
+    """A session step for a client without tools: a shell step is a reply suggesting the
+    command in a ```bash block (aider runs what its user confirms). The steps done are this
+    server's suggestions in the conversation: a client's own examples (aider's few-shot
+    replies) are assistant messages too, so only replies that open as ours count."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        messages = []
+    done = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"
+               and str(m.get("content") or "").startswith(_CHAT_SHELL_INTRO))
+    step = _step(steps, done, True)
+    text = (f"{_CHAT_SHELL_INTRO}\n\n```bash\n{step['shell']}\n```\n" if "shell" in step
+            else str(step.get("say", "")))
+    doc = _chat_completion(None, None, text)
+    if not body.get("stream"):
+        return _http(200, "application/json", json.dumps(doc).encode())
+    base = {k: doc[k] for k in ("id", "model")} | {"object": "chat.completion.chunk"}
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
+                              "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+         "usage": doc["usage"]},
+    ]
+    return _http(200, "text/event-stream", _sse_data(chunks) + b"data: [DONE]\n\n")
+
+
+# ---- Google Gemini -------------------------------------------------------------------------
+
+def _gemini_results(body: dict[str, Any]) -> int:
+    count = 0
+    for content in body.get("contents") or []:
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if isinstance(parts, list):
+            count += sum(1 for p in parts if isinstance(p, dict) and "functionResponse" in p)
+    return count
+
+
+def _gemini_shell(body: dict[str, Any]) -> str | None:
+    declared = {d.get("name") for tool in body.get("tools") or [] if isinstance(tool, dict)
+                for d in tool.get("functionDeclarations") or [] if isinstance(d, dict)}
+    return next((name for name in GEMINI_SHELLS if name in declared), None)
+
+
+def _gemini_answer(body: dict[str, Any], steps: list[dict[str, Any]], streaming: bool,
+                   sse: bool) -> bytes:
+    done = _gemini_results(body)
+    shell = _gemini_shell(body)
+    step = _step(steps, done, shell is not None)
+    if "shell" in step and shell is not None:
+        part: dict[str, Any] = {"functionCall": {
+            "name": shell, "args": {GEMINI_SHELLS[shell]: step["shell"]}}}
+    else:
+        part = {"text": str(step.get("say", ""))}
+    doc = {"candidates": [{"content": {"role": "model", "parts": [part]},
+                           "finishReason": "STOP", "index": 0}],
+           "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 10,
+                             "totalTokenCount": 20},
+           "modelVersion": "fake-model", "responseId": f"fake{done:04d}"}
+    if streaming and sse:
+        return _http(200, "text/event-stream", _sse_data([doc]))
+    return _http(200, "application/json", json.dumps([doc] if streaming else doc).encode())
+
+
 # ---- HTTP ----------------------------------------------------------------------------------
 
 def _sse(events: Iterator[tuple[str, dict[str, Any]]]) -> bytes:
     return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
                     for name, data in events)
+
+
+def _sse_data(docs: Iterable[dict[str, Any]]) -> bytes:
+    """Server-sent events of data lines alone (Chat Completions', Gemini's)."""
+    return b"".join(f"data: {json.dumps(doc)}\n\n".encode() for doc in docs)
 
 
 def _http(status: int, content_type: str, payload: bytes) -> bytes:

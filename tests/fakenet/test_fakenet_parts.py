@@ -385,3 +385,81 @@ def test_a_responses_client_that_sends_only_its_newest_output_gets_the_next_step
         commands.append(json.loads(done["item"].get("arguments", "{}")).get("command")
                         or done["item"]["content"][0]["text"])
     assert commands == ["echo 1", "echo 2", "done"]
+
+
+def _answer_body(request: HttpRequest, script: Path) -> tuple[str, str]:
+    """(the answer's Content-Type, its body) for one model request."""
+    head, body = models.respond(request, str(script)).split(b"\r\n\r\n", 1)
+    content_type = next(line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-type:"))
+    return content_type, body.decode()
+
+
+def _gemini_request(method: str, contents: list[dict], query: str = "") -> HttpRequest:
+    body = {"contents": contents, "tools": [{"functionDeclarations": [
+        {"name": "read_file"}, {"name": "run_shell_command"}]}]}
+    target = f"/v1beta/models/gemini-2.5-flash:{method}{query}"
+    return HttpRequest("POST", target, "HTTP/1.1", (), json.dumps(body).encode())
+
+
+def test_gemini_cli_gets_its_shell_call_as_server_sent_events_then_the_text(
+        tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"shell": "python3 probe.py"}, {"say": "measured"}]))
+    asked = [{"role": "user", "parts": [{"text": "measure this sandbox"}]}]
+    request = _gemini_request("streamGenerateContent", asked, "?alt=sse")
+    assert models.wants(request)
+    content_type, body = _answer_body(request, script)
+    assert content_type == "text/event-stream"
+    [event] = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+    [part] = event["candidates"][0]["content"]["parts"]
+    assert part == {"functionCall": {"name": "run_shell_command",
+                                     "args": {"command": "python3 probe.py"}}}
+    answered = [*asked, event["candidates"][0]["content"], {"role": "user", "parts": [
+        {"functionResponse": {"name": "run_shell_command", "response": {"output": "ok"}}}]}]
+    _, body = _answer_body(_gemini_request("streamGenerateContent", answered, "?alt=sse"),
+                           script)
+    [event] = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+    assert event["candidates"][0]["content"]["parts"] == [{"text": "measured"}]
+
+
+def test_gemini_without_sse_gets_a_json_array_and_generate_content_one_answer(
+        tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"say": "fine"}]))
+    asked = [{"role": "user", "parts": [{"text": "hi"}]}]
+    content_type, body = _answer_body(_gemini_request("streamGenerateContent", asked), script)
+    assert content_type == "application/json"
+    assert json.loads(body)[0]["candidates"][0]["content"]["parts"] == [{"text": "fine"}]
+    _, body = _answer_body(_gemini_request("generateContent", asked), script)
+    assert json.loads(body)["candidates"][0]["content"]["parts"] == [{"text": "fine"}]
+    other = HttpRequest("POST", "/v1beta/models/m:countTokens", "HTTP/1.1", (), b"{}")
+    assert not models.wants(other)  # the control: a method the server does not play
+
+
+def test_a_chat_client_without_tools_is_suggested_the_command_in_a_bash_block(
+        tmp_path: Path) -> None:
+    """aider's flow: its own few-shot examples are assistant messages too, and do not count
+    as steps done; the server's own suggestion does."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"shell": "python3 probe.py"}, {"say": "measured"}]))
+    examples = [{"role": "user", "content": "change x"},
+                {"role": "assistant", "content": "```bash\nls\n```"}]
+    asked = [{"role": "system", "content": "you edit code"}, *examples,
+             {"role": "user", "content": "measure this sandbox"}]
+    request = HttpRequest("POST", "/v1/chat/completions", "HTTP/1.1", (),
+                          json.dumps({"model": "m", "stream": True,
+                                      "messages": asked}).encode())
+    content_type, body = _answer_body(request, script)
+    assert content_type == "text/event-stream" and body.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(line[6:]) for line in body.splitlines()
+              if line.startswith("data: {")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert "```bash\npython3 probe.py\n```" in text
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    answered = [*asked, {"role": "assistant", "content": text},
+                {"role": "user", "content": "Output from python3 probe.py\nok"}]
+    request = HttpRequest("POST", "/v1/chat/completions", "HTTP/1.1", (),
+                          json.dumps({"model": "m", "messages": answered}).encode())
+    _, body = _answer_body(request, script)
+    assert json.loads(body)["choices"][0]["message"]["content"] == "measured"
