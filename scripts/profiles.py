@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/profiles.py measure            # as root: every preset this host runs
     .venv/bin/python scripts/profiles.py add REPORT LABEL   # add a saved report (a cage's, say)
+    .venv/bin/python scripts/profiles.py add-unmeasured AGENT LABEL WHY  # an agent's, not run
     .venv/bin/python scripts/profiles.py table              # rewrite the README's table
 
 `measure` runs every preset (`agentsec presets`) the way its kind is started (`rows`): the
@@ -18,7 +19,11 @@ an overlay where the preset writes. A preset this host cannot run is recorded wi
 (docs/profiles/unmeasured.yaml) and shown as a row saying so. Reports are saved redacted under
 docs/profiles/, and `agentsec chart` draws them beside the table (docs/profiles/chart.svg).
 `add` re-scores a saved report (its probe output) redacted, under a label of your choosing: that
-is how the agentcage cage's row, from `agentcage demo`'s reports, gets there. `table` rewrites
+is how the agentcage cage's row, from `agentcage demo`'s reports, gets there, and the agents'
+rows measured through their own agent loops (tests/integration/agent_runs.py: the real agent
+runs the probe as its model tells it; AGENTSEC_AGENT_REPORTS keeps the tests' reports), which
+their tests measure again. `add-unmeasured` records an agent configuration this host cannot
+run, with the reason its test proves; `measure` keeps those rows. `table` rewrites
 only the block between <!-- profiles:start --> and <!-- profiles:end --> in README.md, from
 whatever docs/profiles holds, ranked by agentsec.scoring.rank.
 """
@@ -57,7 +62,8 @@ README = ROOT / "README.md"
 CHART = "chart.svg"
 # Not a report (every *.json here is one): the rows this host could not run, and why.
 UNMEASURED = "unmeasured.yaml"
-HEADER = "# written by scripts/profiles.py measure: the presets this host could not run\n"
+HEADER = ("# written by scripts/profiles.py measure (presets) and add-unmeasured (agents' "
+          "configurations):\n# the rows this host could not run\n")
 START, END = "<!-- profiles:start -->", "<!-- profiles:end -->"
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 ORDINARY_UID = 1000
@@ -319,9 +325,27 @@ def measure(out_dir: Path, only: Sequence[Row] | None = None) -> dict[Row, Path]
             saved[row] = measurer.measure(row)
             print(f"measured {label_for(row)}", file=sys.stderr)
     if only is None:
-        text = yaml.safe_dump({"rows": unmeasured}, sort_keys=False, width=100)
-        (out_dir / UNMEASURED).write_text(HEADER + text)
+        write_unmeasured(out_dir, with_agents_rows(unmeasured, out_dir))
     return saved
+
+
+def with_agents_rows(presets: Sequence[dict[str, str]], out_dir: Path) -> list[dict[str, str]]:
+    """The presets' rows just measured, and the agents' rows already there: those are their
+    tests', kept as they are."""
+    return [*presets, *[row for row in load_unmeasured(out_dir) if "agent" in row]]
+
+
+def write_unmeasured(out_dir: Path, rows: Sequence[dict[str, str]]) -> None:
+    text = yaml.safe_dump({"rows": list(rows)}, sort_keys=False, width=100)
+    (out_dir / UNMEASURED).write_text(HEADER + text)
+
+
+def add_unmeasured(agent: str, label: str, why: str, out_dir: Path) -> None:
+    """An agent configuration this host cannot run, and why (its test proves the reason):
+    one row per label, replaced when added again."""
+    rows = [row for row in load_unmeasured(out_dir) if row["label"] != label]
+    rows.append({"label": label, "agent": agent, "why": f"not measured here: {why}"})
+    write_unmeasured(out_dir, rows)
 
 
 def add(report_path: Path, label: str, out_dir: Path) -> Path:
@@ -401,12 +425,19 @@ def main() -> int:
     adding = sub.add_parser("add", help="add a saved report under a label, redacted")
     adding.add_argument("report", type=Path)
     adding.add_argument("label")
+    not_run = sub.add_parser("add-unmeasured",
+                             help="an agent's configuration this host cannot run, and why")
+    not_run.add_argument("agent", help="the agent, as its reports' target engine names it")
+    not_run.add_argument("label")
+    not_run.add_argument("why")
     sub.add_parser("table", help="rewrite the README's profiles table and the chart")
     args = parser.parse_args()
     if args.command == "measure":
         measure(args.dir)
     elif args.command == "add":
         print(add(args.report, args.label, args.dir))
+    elif args.command == "add-unmeasured":
+        add_unmeasured(args.agent, args.label, args.why, args.dir)
     draw_chart(args.dir)
     changed = rewrite_readme(render(load(args.dir), load_unmeasured(args.dir)))
     print("README.md profiles table " + ("rewritten" if changed else "unchanged"), file=sys.stderr)

@@ -33,7 +33,7 @@ def test_the_readme_table_is_what_the_reports_say(profiles):
 def test_the_table_holds_every_preset_as_its_kind_is_started_and_the_cage(profiles):
     """One row per (preset, who starts it): measured, or saying why it was not."""
     reports = profiles.load(profiles.PROFILES)
-    unmeasured = profiles.load_unmeasured(profiles.PROFILES)
+    unmeasured = [r for r in profiles.load_unmeasured(profiles.PROFILES) if "preset" in r]
     shown = {(r["target"]["preset"], r["label"].rpartition(", ")[2]) for r in reports
              if r["target"]["kind"] == "preset"}
     shown |= {(r["preset"], r["label"].rpartition(", ")[2]) for r in unmeasured}
@@ -96,3 +96,31 @@ def test_the_saved_reports_score_as_this_scorer_scores_them(profiles):
         assert rescored["summary"]["raw_score"] == report["summary"]["raw_score"]
         assert ([f["id"] for f in rescored["summary"]["findings"]]
                 == [f["id"] for f in report["summary"]["findings"]])
+
+
+def test_an_agents_configuration_not_run_is_one_row_with_its_reason_kept_by_measure(
+        profiles, tmp_path):
+    preset_row = {"label": "docker-default, as root", "preset": "docker-default", "who": "root",
+                  "why": "not measured here: no Docker engine answers on this host"}
+    profiles.write_unmeasured(tmp_path, [preset_row])
+    for why in ("an old reason", "podman refuses it"):  # added again: replaced, not doubled
+        profiles.add_unmeasured("gemini-cli", "gemini -p, sandboxed, as root", why, tmp_path)
+    rows = profiles.load_unmeasured(tmp_path)
+    assert rows == [preset_row, {"label": "gemini -p, sandboxed, as root",
+                                 "agent": "gemini-cli",
+                                 "why": "not measured here: podman refuses it"}]
+    reports = profiles.load(profiles.PROFILES)
+    table = profiles.render(reports, rows)
+    assert "| gemini -p, sandboxed, as root | not measured here: podman refuses it |" in table
+    # `measure` rewrites the presets' rows from what it ran, and keeps the agents'
+    measured_again = {**preset_row, "label": "docker-hardened, as root"}
+    assert profiles.with_agents_rows([measured_again], tmp_path) == [measured_again, rows[1]]
+
+
+def test_the_agents_rows_are_their_own_runs_redacted(profiles):
+    from tests.integration.agent_runs import AGENT_TESTS
+
+    agents = [r for r in profiles.load(profiles.PROFILES) if r["target"]["kind"] == "captured"]
+    assert {r["target"]["engine"] for r in agents} == set(AGENT_TESTS)
+    assert all(r["redacted"] and r["label"].endswith((", as root", ", as uid 1000"))
+               for r in agents)

@@ -9,46 +9,40 @@ Four configurations of its settings (`~/.claude/settings.json`): the sandbox off
 (hidden in a mount namespace of that run alone). What the probe reads in the last is the
 finding that matters: Claude Code runs the command outside any sandbox, exactly as with the
 sandbox off, and exits 0: a user who turned the sandbox on is not told.
+
+The machinery is the agent tests' (agent_runs.py); each run is a row of the README's table,
+which must still read what is measured here.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentsec import service
-from agentsec.report import Target
-from agentsec.untrusted import parse_probe_output
 from tests.agentcage.conftest import needs_root
+from tests.integration import agent_runs
+from tests.integration.agent_runs import axes, ids, readable_credentials
 
 pytestmark = pytest.mark.netns
-ORDINARY_UID = 1000
-PROBE = Path(__file__).parents[2] / "src" / "agentsec" / "probe" / "blast_probe.py"
 # the proxy the sandbox hands the command asks for the credentials it hands it as well
-RUN_PROBE = ("AGENTSEC_PROBE_PROXY_AUTH=1 python3 probe.py > probe-out.json 2> probe-err.txt;"
-             " echo probe-exit=$?")
+RUN_PROBE = "AGENTSEC_PROBE_PROXY_AUTH=1 " + agent_runs.PROBE_TO_FILE
 HIDE_SOCAT = 'mount --bind /dev/null "$(command -v socat)" && exec "$@"'
+ENGINE = "claude-code"
+# name: (settings, socat hidden, how the README's table says it)
 CONFIGURATIONS = {
-    "off": ({"sandbox": {"enabled": False}}, False),
-    "on": ({"sandbox": {"enabled": True, "autoAllowBashIfSandboxed": True}}, False),
+    "off": ({"sandbox": {"enabled": False}}, False, "sandbox off"),
+    "on": ({"sandbox": {"enabled": True, "autoAllowBashIfSandboxed": True}}, False,
+           "sandbox on"),
     "on-socat-missing": ({"sandbox": {"enabled": True, "autoAllowBashIfSandboxed": True}},
-                         True),
+                         True, "sandbox on, socat missing"),
     "on-deny-credentials": ({"sandbox": {"enabled": True, "autoAllowBashIfSandboxed": True,
                                          "filesystem": {"denyRead": [
                                              "~/.git-credentials", "~/.aws", "~/.ssh"]}}},
-                            False),
+                            False, "sandbox on, denyRead credentials"),
 }
-# Dummy credentials in the home the agent runs with: which ones its command can read is measured.
-PLANTED = {".git-credentials": "https://agent:dummy@example.test\n",
-           ".aws/credentials": "[default]\naws_access_key_id = AKIADUMMY\n",
-           ".ssh/id_ed25519": "dummy key\n"}
 
 
 @pytest.fixture(scope="module")
@@ -60,66 +54,37 @@ def measured() -> Iterator[dict[tuple[str, bool], tuple[int, dict[str, Any]]]]:
     from fakenet import FakeHost, FakeInternet
 
     assert installed(AGENTS["claude-code"]), "claude is not installed: run scripts/setup.sh"
+    version = agent_runs.tool_version(["claude"])
     results: dict[tuple[str, bool], tuple[int, dict[str, Any]]] = {}
     with FakeInternet(extra_names={"api.anthropic.com": None}, catch_all=False) as net, \
             FakeHost(net) as host:
-        for name, (settings, hide_socat) in CONFIGURATIONS.items():
+        for name, (settings, hide_socat, shown) in CONFIGURATIONS.items():
             for as_user in (False, True):
-                results[(name, as_user)] = _run(net, host, name, settings, hide_socat, as_user)
+                label = f"claude -p, {shown} (claude {version}), as {agent_runs.who(as_user)}"
+                results[(name, as_user)] = _run(net, host, settings, hide_socat, as_user, label)
     yield results
 
 
-def _run(net: Any, host: Any, name: str, settings: dict[str, Any], hide_socat: bool,
-         as_user: bool) -> tuple[int, dict[str, Any]]:
-    base = Path(tempfile.mkdtemp(prefix="agentsec-claude-sandbox-", dir="/var/tmp"))
-    try:
-        base.chmod(0o755)
-        home, work = base / "home", base / "work"
-        (home / ".claude").mkdir(parents=True)
-        work.mkdir()
-        (home / ".claude" / "settings.json").write_text(json.dumps(settings))
-        (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
-        for relative, text in PLANTED.items():
-            (home / relative).parent.mkdir(parents=True, exist_ok=True)
-            (home / relative).write_text(text)
-        shutil.copy(PROBE, work / "probe.py")
-        shutil.copy(net.ca_cert_path, base / "ca.pem")  # the fake internet's: where all may read
-        if as_user:  # the ordinary user's own home and project
-            for path in (base, *base.rglob("*")):
-                os.lchown(path, ORDINARY_UID, ORDINARY_UID)
+def _run(net: Any, host: Any, settings: dict[str, Any], hide_socat: bool, as_user: bool,
+         label: str) -> tuple[int, dict[str, Any]]:
+    with agent_runs.run_dirs(net, "claude-sandbox") as dirs:
+        (dirs.home / ".claude").mkdir()
+        (dirs.home / ".claude" / "settings.json").write_text(json.dumps(settings))
+        (dirs.home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True}))
         net.script_model([{"shell": RUN_PROBE}, {"say": "measured"}])
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+        env = {"PATH": agent_runs.PATH, "HOME": str(dirs.home), "LANG": "C.UTF-8",
                "ANTHROPIC_API_KEY": "sk-ant-api03-" + "0" * 48,
-               "NODE_EXTRA_CA_CERTS": str(base / "ca.pem"), "DISABLE_AUTOUPDATER": "1",
+               "NODE_EXTRA_CA_CERTS": str(dirs.ca), "DISABLE_AUTOUPDATER": "1",
                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-        claude = ["env", "-i", *(f"{k}={v}" for k, v in env.items()),
-                  "claude", "-p", "measure this sandbox", "--allowedTools", "Bash"]
-        if as_user:
-            claude = ["setpriv", f"--reuid={ORDINARY_UID}", f"--regid={ORDINARY_UID}",
-                      "--clear-groups", "--inh-caps=-all", *claude]
+        claude = ["claude", "-p", "measure this sandbox", "--allowedTools", "Bash"]
         # socat hidden in a mount namespace of this run alone, inside the fake host's
-        argv = (["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE_SOCAT, "sh",
-                 *claude] if hide_socat else claude)
-        proc = host.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
-        output = (work / "probe-out.json").read_text() if (work / "probe-out.json").exists() \
-            else ""
-        assert output.strip(), (name, proc.returncode, proc.stdout[-800:], proc.stderr[-800:])
-        probe = parse_probe_output(output)
-        who = "uid 1000" if as_user else "root"
-        target = Target(kind="captured", how=f"Claude Code's sandbox: {name}, as {who}")
-        report = service.score(probe, label=f"claude-code-sandbox-{name}-{who}", target=target,
-                               rc=0, redact=True)
-        return proc.returncode, report
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def ids(report: dict[str, Any]) -> set[str]:
-    return {f["id"] for f in report["summary"]["findings"]}
-
-
-def axes(report: dict[str, Any]) -> dict[str, str]:
-    return {name: a["state"] for name, a in report["summary"]["axes"].items()}
+        wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c", HIDE_SOCAT,
+                "sh"] if hide_socat else []
+        proc = agent_runs.run_agent(host, dirs, claude, env, as_user, wrap=wrap)
+        output = agent_runs.output_from_file(dirs)
+        assert output.strip(), (label, proc.returncode, proc.stdout[-800:], proc.stderr[-800:])
+        how = f"Claude Code's Bash tool ran the probe: {label}"
+        return proc.returncode, agent_runs.score(output, label, how, ENGINE)
 
 
 WHO = pytest.mark.parametrize("as_user", [False, True], ids=["root", "user"])
@@ -159,18 +124,17 @@ def test_with_socat_missing_the_sandbox_is_silently_not_there(measured, as_user)
     assert axes(report) == axes(off) and axes(report)["network"] == "reachable"
 
 
-def _readable_credentials(report: dict[str, Any]) -> set[str]:
-    files = report["probe"]["output"]["sections"]["credentials"]["data"]["files"]
-    return {f["path"] for f in files if f.get("readable") is True and f["path"].startswith("~/")}
-
-
 @WHO
 def test_deny_read_takes_the_home_credentials_away_and_only_then(measured, as_user):
-    planted = {"~/.git-credentials", "~/.aws/credentials", "~/.ssh/id_ed25519"}
+    planted = agent_runs.PLANTED_PATHS
     on = measured[("on", as_user)][1]
-    assert planted <= _readable_credentials(on)  # the sandbox alone: readable
-    assert planted <= _readable_credentials(measured[("off", as_user)][1])
+    assert planted <= readable_credentials(on)  # the sandbox alone: readable
+    assert planted <= readable_credentials(measured[("off", as_user)][1])
     code, report = measured[("on-deny-credentials", as_user)]
     assert code == 0
-    assert _readable_credentials(report) & planted == set()
+    assert readable_credentials(report) & planted == set()
     assert "FS-007" in ids(report)  # still the sandbox: only the working directory writable
+
+
+def test_the_tables_rows_are_what_claude_code_measures_now(measured):
+    agent_runs.assert_published_states(ENGINE, {r["label"]: r for _, r in measured.values()})

@@ -6,7 +6,10 @@ the table gives.
 A changed state fails here until `scripts/profiles.py measure` records it (with the README's
 table and chart): the published table is never older than what this machine measures. The
 cage's row comes from `agentcage demo` and is not run here; the cage is measured by its own
-tests (agentcage verify).
+tests (agentcage verify). So are the agents' rows measured through their own agent loops (the
+real agent running the probe as its model tells it): each agent's test measures them again
+(tests/integration/agent_runs.py, AGENT_TESTS), its configurations that cannot run here
+included.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests import profiles_script
+from tests.integration.agent_runs import AGENT_TESTS, ROOT
 
 pytestmark = pytest.mark.netns
 
@@ -52,13 +56,18 @@ def test_every_row_measured_again_keeps_the_states_the_table_shows(profiles, rem
 
 
 def test_the_rows_not_measured_still_cannot_run_here_for_the_reason_given(profiles):
-    unmeasured = profiles.load_unmeasured(profiles.PROFILES)
+    unmeasured = [r for r in profiles.load_unmeasured(profiles.PROFILES) if "preset" in r]
     assert unmeasured
     for row in unmeasured:
         why = profiles.why_not(profiles.Row(row["preset"], row["who"]))
         assert why is not None and row["why"] == f"not measured here: {why}", row
 
 
-def test_the_only_row_not_run_here_is_the_cages(profiles, remeasured):
+def test_the_rows_not_run_here_are_the_cages_and_the_agents_their_tests_measure(
+        profiles, remeasured):
     others = [r for r in profiles.load(profiles.PROFILES) if r["label"] not in remeasured]
-    assert [r["target"]["kind"] for r in others] == ["cage"]
+    assert [r["target"]["kind"] for r in others if r["target"]["kind"] != "captured"] == ["cage"]
+    agents = {r["target"]["engine"] for r in others if r["target"]["kind"] == "captured"}
+    agents |= {r["agent"] for r in profiles.load_unmeasured(profiles.PROFILES) if "agent" in r}
+    assert agents == set(AGENT_TESTS)  # every agent's rows, each agent's test there to run
+    assert all((ROOT / AGENT_TESTS[agent]).is_file() for agent in agents)
