@@ -196,22 +196,6 @@ def homes() -> Iterator[Homes]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-# Codex's sandbox keeps a lock directory and a daemon directory per uid in /tmp.
-CODEX_TMP = ("codex-bwrap-synthetic-mount-targets-*", "codex-daemon-*")
-
-
-@contextlib.contextmanager
-def codex_leftovers_removed() -> Iterator[None]:
-    """The per-uid directories Codex's runs leave in /tmp, removed if the runs made them."""
-    before = {path for pattern in CODEX_TMP for path in Path("/tmp").glob(pattern)}
-    try:
-        yield
-    finally:
-        for pattern in CODEX_TMP:
-            for path in set(Path("/tmp").glob(pattern)) - before:
-                shutil.rmtree(path, ignore_errors=True)
-
-
 def _interpreter_under_root() -> str:
     """The top directory under /root that agentsec's interpreter lives in ('.pyenv'), if it
     does: it must stay reachable once the planted home hides the real /root."""
@@ -235,7 +219,9 @@ class Measurer:
 
     def __enter__(self) -> Measurer:
         self.homes = self._stack.enter_context(homes())
-        self._stack.enter_context(codex_leftovers_removed())
+        # what the tools leave in /tmp (Codex's per-uid directories), removed if runs made it
+        from tests.integration.agent_runs import tmp_leftovers_removed
+        self._stack.enter_context(tmp_leftovers_removed())
         return self
 
     def __exit__(self, *exc: object) -> None:
