@@ -18,7 +18,11 @@ CLI asks no routing model first.
   (Debian 12's) refuses `host-gateway` as an address; newer podman accepts it. The CLI exits
   with podman's code, the model is never asked, no container is left. The control: the same
   podman and image, with the fake host's address where `host-gateway` stood, start. The README's
-  table has the row, saying why it is not measured.
+  table has the row, saying why it is not measured. Podman refuses the arguments before it
+  looks at the image, so the image here is the podman world's Debian one (built from Debian's
+  packages), not one holding Gemini CLI, which a sandbox that started would need; nor does
+  the container get podman's bridge network (the world's default is none, and Gemini CLI asks
+  for no other unless told to).
 """
 
 from __future__ import annotations
