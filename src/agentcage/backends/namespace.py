@@ -186,12 +186,6 @@ class NamespaceBackend:
                                "cage's root is the host's own, read-only)")
         if container["rootfs"]:
             unsupported.append("container.rootfs")
-        if rootless.active() and container["image"]:
-            # podman's rootless storage belongs to the user's subordinate uids, which the
-            # cages' namespace (one uid: the user) cannot read
-            raise BackendError("container.image: a rootless cage cannot read podman's image "
-                               "storage from its namespace; make this cage as root, or "
-                               "without an image (install the agent on the host)")
         if rootless.active():
             refusal = cgroups.detect().rootless_refusal(
                 cgroups.Limits(spec.memory, spec.pids, spec.cpus))

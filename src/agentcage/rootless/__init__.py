@@ -48,13 +48,22 @@ def active() -> bool:
 
 def host_uid() -> int:
     """The host uid this process is: the one uid 0 of a rootless namespace maps to."""
+    return _host_id("uid_map", os.getuid())
+
+
+def host_gid() -> int:
+    """The host gid this process is, as `host_uid`."""
+    return _host_id("gid_map", os.getgid())
+
+
+def _host_id(map_name: str, own: int) -> int:
     if not active():
-        return os.getuid()
-    for line in Path("/proc/self/uid_map").read_text().splitlines():
+        return own
+    for line in Path(f"/proc/self/{map_name}").read_text().splitlines():
         inside, outside, _count = line.split()
-        if inside == str(os.getuid()):
+        if inside == str(own):
             return int(outside)
-    return os.getuid()
+    return own
 
 
 def groups_settable() -> bool:

@@ -1,0 +1,147 @@
+"""Rootless cages on an image: the CLI run by an ordinary user (uid 1000) on a host played by a
+namespace, the image taken from the user's own rootless podman storage (rootless_podman.py)
+and unpacked into a layer that is theirs, under the cage's state in their home.
+
+What root's image cages show (test_images_world.py) must hold here too: each image scaffold
+starts as written and verifies at most 8; `shell --as-root` is root of the cage's namespace,
+with no capability, and installs a package through the gateway; the layer and everything in
+it belong to the user on the host, never to anyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.agentcage.conftest import AGENT_UID, make_project, needs_root
+from tests.agentcage.hosted import delegated_cgroups, open_to_users
+from tests.agentcage.rootless_podman import AsUserWithPodman, import_images
+from tests.agentcage.test_images_world import APT_HOST, APT_LINE, STAND_INS, build_apt_repository
+from tests.integration.podman_world import BUSYBOX_IMAGE
+
+USER = AGENT_UID
+# Each scaffold's image in the user's storage: Debian's minbase root under the debian, ubuntu
+# and arch names (see test_images_world.STAND_INS for why), Debian's static busybox under
+# busybox's.
+USERS_IMAGES = {**dict.fromkeys(STAND_INS.values(), "python"), BUSYBOX_IMAGE: "busybox"}
+
+
+@pytest.fixture(scope="module")
+def world():
+    needs_root()
+    from fakenet import FakeInternet
+
+    with FakeInternet(extra_names={APT_HOST: None}, catch_all=False) as internet:
+        build_apt_repository(internet.site_dir(APT_HOST))
+        yield internet
+
+
+@pytest.fixture(scope="module")
+def user(world):
+    """The user at the fake host, their podman's storage holding every scaffold's image, and
+    the cgroup root delegates to them once (the scaffolds keep their limits)."""
+    from fakenet import FakeHost
+
+    home = Path(tempfile.mkdtemp(prefix="agentcage-rootless-images-"))
+    os.chmod(home, 0o755)
+    try:
+        with delegated_cgroups(USER), FakeHost(world) as host:
+            open_to_users(host)
+            cli = AsUserWithPodman(host, home, USER, world)
+            try:
+                import_images(cli, USERS_IMAGES)
+                yield cli
+            finally:
+                cli.destroy_all()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def owners_of_tree(root: Path) -> set[tuple[int, int]]:
+    """Every (uid, gid) that owns an entry under `root`, as the host sees them."""
+    owners = {(root.lstat().st_uid, root.lstat().st_gid)}
+    for directory, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            st = os.lstat(os.path.join(directory, name))
+            owners.add((st.st_uid, st.st_gid))
+    return owners
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("scaffold", [*STAND_INS, "busybox"])
+def test_each_image_scaffold_starts_rootless_as_written_and_verifies(world, user, scaffold):
+    """`init --scaffold S` then `cage create`, as the user: the cage's shell is the image's,
+    its root read-only to the agent, its layer the user's on the host; verify's score is at
+    most 8, every axis measured (busybox's on the host's Python, lent read-only)."""
+    name = f"rl-{scaffold}"
+    user.create_from_scaffold(world, name, scaffold)
+    try:
+        r = user("exec", name, "--", "/bin/sh", "-c", "id -u; cat README; ls /bin/busybox "
+                 "/usr/bin/bwrap 2>/dev/null; touch /etc/x 2>/dev/null || echo ro")
+        expect_busybox = ["/bin/busybox"] if scaffold == "busybox" else []
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.split() == ["1000", "hello", *expect_busybox, "ro"], r.stdout
+        layer = user.state / "cages" / name / "rootfs"
+        assert (layer / "bin").exists()
+        assert owners_of_tree(layer) == {(USER, USER)}
+        out = user.home / f"verify-{scaffold}"
+        v = user("verify", name, "--out", str(out), "--max-score", "8", timeout=180)
+        assert v.returncode == 0, (v.stdout + v.stderr)[-2000:]
+        report = json.loads(next(out.glob("*.json")).read_text())
+        axes = report["summary"]["axes"]
+        assert all(axis["state"] != "not_measured" for axis in axes.values()), axes
+        lent = "python3 lent read-only" in report["target"]["how"]
+        assert lent == (scaffold == "busybox"), report["target"]["how"]
+    finally:
+        user("destroy", "-y", name)
+    assert not (user.state / "cages" / name).exists()
+
+
+@pytest.mark.netns
+def test_a_rootless_root_shell_installs_a_package_through_the_gateway(world, user):
+    """`shell --as-root` of a rootless cage: root of the cage's namespace with no capability;
+    apt-get installs from the repository over the gateway (audited); what it installed is the
+    user's on the host, and the agent's to run; the agent itself still cannot write there."""
+    name = "rl-root"
+    user.create_from_scaffold(world, name, "debian")
+    try:
+        script = ("grep CapEff /proc/self/status; id -u; "
+                  f"echo '{APT_LINE}' >/etc/apt/sources.list && rm -f "
+                  "/etc/apt/sources.list.d/* && apt-get update -q "
+                  "&& apt-get install -y -q agentcage-hello\n")
+        r = user("shell", "--as-root", name, stdin=script, timeout=300)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        lines = r.stdout.splitlines()
+        assert lines[0].split()[1] == "0000000000000000" and lines[1] == "0", lines[:2]
+        audit = [json.loads(line) for line in
+                 (user.state / "cages" / name / "audit.jsonl").read_text().splitlines()]
+        assert any(rec.get("host") == APT_HOST and rec.get("decision") == "allowed"
+                   and rec.get("path", "").endswith(".deb") for rec in audit), audit[-5:]
+        r = user("exec", name, "--", "sh", "-c", "agentcage-hello; id -u; "
+                 "touch /usr/bin/x 2>/dev/null || echo ro")
+        assert r.stdout.split("\n") == ["hello from a package", "1000", "ro", ""], r.stdout
+        installed = user.state / "cages" / name / "rootfs" / "usr" / "bin" / "agentcage-hello"
+        assert (installed.stat().st_uid, installed.stat().st_gid) == (USER, USER)
+    finally:
+        user("destroy", "-y", name)
+
+
+@pytest.mark.netns
+def test_an_image_the_users_podman_lacks_is_refused_in_one_line(user):
+    """Only the user's own storage is looked in: an image it lacks is pulled (no registry
+    answers here), refused in one line with the fix, and no cage is made."""
+    project = make_project(user.home / "work" / "noimage")
+    config = user.home / "noimage.yaml"
+    config.write_text("name: noimage\ncontainer: {image: 'localhost/no-such:1', limits: none}\n"
+                      "domains: {mode: allowlist, allow: []}\n")
+    r = user("cage", "create", "-c", str(config), "--project", str(project), timeout=180)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "image localhost/no-such:1 is not in podman's storage and cannot be pulled" \
+        in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (user.state / "cages" / "noimage").exists()
