@@ -30,6 +30,7 @@ from pathlib import Path
 INIT_UID_MAP = ("0", "0", "4294967295")  # /proc/self/uid_map of the initial user namespace
 DIRECTORY = "rootless"  # the holder's, in the state root
 HOST_ROUTES = "host-routes.sock"  # where gateways get a netlink socket of the host's namespace
+HOST_PORTS = "host-ports.sock"  # where gateways get listeners on the host's loopback (hostports.py)
 # slirp4netns's own resolver in the holder's namespace (its default address), which forwards to
 # the host's
 SLIRP_DNS = "10.0.2.3"
