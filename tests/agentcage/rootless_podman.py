@@ -6,9 +6,12 @@ The user is uid 1000, as in every rootless test, and has no /etc/subuid range on
 podman then maps the user's uid alone, and stores an image's files all as the user's with
 `ignore_chown_errors` (storage.conf), as such a user must configure it: that is the storage
 written here, in the user's home, with the engine settings this machine needs (runc and
-cgroupfs, DESIGN.md). The images are imported by the user's podman, run on the fake host (its
-pause process ends with the fake host's PID namespace); the root directories are the cached
-ones the rootful podman tests import (tests/integration/podman_world.py).
+cgroupfs, DESIGN.md). A user made for one test with `useradd`, which gives a range here, as
+Debian's adduser does, has podman's ordinary storage, each file under a subordinate id.
+
+The images are imported by the user's podman, run on the fake host (its pause process ends
+with the fake host's PID namespace); the root directories are the cached ones the rootful
+podman tests import (tests/integration/podman_world.py).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from tests.integration.podman_world import (
 STORAGE_CONF = """\
 [storage]
 driver = "vfs"
-
+"""
+# what a user without subordinate ids must add: every file stored as theirs
+SINGLE_UID = """
 [storage.options]
 ignore_chown_errors = "true"
 """
@@ -70,22 +75,19 @@ class AsUserWithPodman(AsUser):
                              timeout=timeout, cwd=self.home)
 
 
-def _own(path: Path, uid: int) -> None:
-    os.chown(path, uid, uid)
-
-
-def import_images(cli: AsUserWithPodman, names: dict[str, str]) -> None:
+def import_images(cli: AsUserWithPodman, names: dict[str, str],
+                  single_uid: bool = True) -> None:
     """The user's podman configured as above, its storage holding each image of `names`
     (image name -> "python" or "busybox": which root directory it is made from). The
-    storage goes with the user's home."""
+    storage goes with the user's home. `single_uid`: the user has no subordinate ids (else
+    podman stores each file under the subordinate id its owner maps to)."""
     config = cli.home / ".config" / "containers"
     config.mkdir(parents=True)
-    (config / "storage.conf").write_text(STORAGE_CONF)
+    (config / "storage.conf").write_text(STORAGE_CONF + (SINGLE_UID if single_uid else ""))
     (config / "containers.conf").write_text(CONTAINERS_CONF)
-    for path in (cli.home / ".config", config, *config.iterdir()):
-        _own(path, cli.uid)
     cli.runtime_dir.mkdir(mode=0o700)
-    _own(cli.runtime_dir, cli.uid)
+    for path in (cli.home / ".config", config, *config.iterdir(), cli.runtime_dir):
+        os.chown(path, cli.uid, cli.gid)
     with podman_world():  # the cached root directories, built if need be, and held
         for kind, rootfs in (("python", PYTHON_ROOTFS), ("busybox", BUSYBOX_ROOTFS)):
             wanted = [name for name, made_from in names.items() if made_from == kind]

@@ -14,13 +14,14 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.agentcage.conftest import AGENT_UID, make_project, needs_root
 from tests.agentcage.hosted import delegated_cgroups, open_to_users
-from tests.agentcage.rootless_podman import AsUserWithPodman, import_images
+from tests.agentcage.rootless_podman import PYTHON_IMAGE, AsUserWithPodman, import_images
 from tests.agentcage.test_images_world import APT_HOST, APT_LINE, STAND_INS, build_apt_repository
 from tests.integration.podman_world import BUSYBOX_IMAGE
 
@@ -145,3 +146,89 @@ def test_an_image_the_users_podman_lacks_is_refused_in_one_line(user):
         in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not (user.state / "cages" / "noimage").exists()
+
+
+def _subordinate(path: Path, name: str) -> tuple[int, int]:
+    for line in path.read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == name:
+            return int(fields[1]), int(fields[2])
+    pytest.fail(f"useradd gave {name} no range in {path}")
+
+
+@pytest.fixture
+def ranged_user(world):
+    """A user made for this test with `useradd`, which gives it an /etc/subuid and /etc/subgid
+    range here: rootless podman then stores each file of an image under the subordinate id
+    its owner maps to, and the rootless cages' namespace maps the same range. The user, its
+    range (userdel removes it), its home and every process it ran (on the fake host) are
+    gone afterwards."""
+    import pwd
+    import secrets
+    import subprocess
+
+    from fakenet import FakeHost
+
+    name = f"agentcage-rl-{secrets.token_hex(3)}"
+    home = Path(tempfile.mkdtemp(prefix="agentcage-rootless-ranged-"))
+    os.chmod(home, 0o755)
+    made = subprocess.run(["useradd", "--user-group", "--no-create-home", "--home-dir",
+                           str(home), "--shell", "/usr/sbin/nologin", name],
+                          capture_output=True, text=True, timeout=30)
+    assert made.returncode == 0, made.stderr
+    try:
+        entry = pwd.getpwnam(name)
+        ranges = (_subordinate(Path("/etc/subuid"), name),
+                  _subordinate(Path("/etc/subgid"), name))
+        with delegated_cgroups(entry.pw_uid), FakeHost(world) as host:
+            open_to_users(host)
+            cli = AsUserWithPodman(host, home, entry.pw_uid, world, gid=entry.pw_gid)
+            try:
+                import_images(cli, {PYTHON_IMAGE: "python"}, single_uid=False)
+                yield cli, ranges
+            finally:
+                cli.destroy_all()
+    finally:
+        # once the fake host's processes, the user's, are gone: a moment after its init
+        for _ in range(100):
+            gone = subprocess.run(["userdel", name], capture_output=True, text=True, timeout=30)
+            if gone.returncode == 0:
+                break
+            time.sleep(0.1)
+        shutil.rmtree(home, ignore_errors=True)
+    assert gone.returncode == 0, gone.stderr
+    for ids in (Path("/etc/subuid"), Path("/etc/subgid")):
+        assert not any(line.startswith(f"{name}:") for line in ids.read_text().splitlines())
+
+
+@pytest.mark.netns
+def test_an_image_stored_under_subordinate_ids_makes_a_rootless_cage(ranged_user):
+    """The common case on a distribution that gives every user a range: podman's storage
+    holds the image's files under the user's subordinate ids (shown here: /etc/gshadow's
+    group, shadow, is one), which the rootless cages' namespace maps as podman does. The
+    cage runs on that image, its layer all the user's on the host, and verifies at most 8."""
+    cli, ((_uids, _), (gid_start, _)) = ranged_user
+    storage = cli.home / ".local" / "share" / "containers" / "storage" / "vfs" / "dir"
+    gshadow = [layer / "etc" / "gshadow" for layer in storage.iterdir()]
+    assert gshadow and all(path.stat().st_gid == gid_start + 41 for path in gshadow), \
+        [(path, path.stat().st_gid) for path in gshadow]  # shadow is gid 42 in Debian
+    project = cli.home / "work"
+    project.mkdir()
+    (project / "README").write_text("hello\n")
+    for path in (project, project / "README"):
+        os.chown(path, cli.uid, cli.gid)
+    config = cli.home / "ranged.yaml"
+    config.write_text(f"name: ranged\ncontainer: {{image: '{PYTHON_IMAGE}'}}\n"
+                      "domains: {mode: allowlist, allow: []}\n"
+                      f"gateway: {{upstream_ca_files: ['{cli.ca_path}']}}\n")
+    r = cli("cage", "create", "-c", str(config), "--project", str(project), timeout=180)
+    assert r.returncode == 0, r.stderr
+    r = cli("exec", "ranged", "--", "sh", "-c", "cat /etc/debian_version; id -u; cat README")
+    assert r.returncode == 0, r.stderr
+    version, uid, readme = r.stdout.split()
+    assert version.startswith("12.") and (uid, readme) == ("1000", "hello"), r.stdout
+    layer = cli.state / "cages" / "ranged" / "rootfs"
+    assert owners_of_tree(layer) == {(cli.uid, cli.gid)}
+    out = cli.home / "verify"
+    v = cli("verify", "ranged", "--out", str(out), "--max-score", "8", timeout=180)
+    assert v.returncode == 0, (v.stdout + v.stderr)[-2000:]
