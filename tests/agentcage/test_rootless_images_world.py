@@ -232,3 +232,34 @@ def test_an_image_stored_under_subordinate_ids_makes_a_rootless_cage(ranged_user
     out = cli.home / "verify"
     v = cli("verify", "ranged", "--out", str(out), "--max-score", "8", timeout=180)
     assert v.returncode == 0, (v.stdout + v.stderr)[-2000:]
+
+
+@pytest.mark.netns
+def test_a_user_opens_a_rootless_root_shell_at_a_terminal(world, user):
+    """`agentcage shell --as-root NAME` at a terminal (tmux on the fake host), as the user:
+    root's prompt from the image's shell, root's id, a file written in the layer (the user's
+    on the host), and the shell's own status on leaving."""
+    from tests.agentcage.hosted import AGENTCAGE
+    from tests.tmux_screen import Screen
+
+    name = "rl-term"
+    user.create_from_scaffold(world, name, "debian")
+    env = {"PATH": os.environ["PATH"], "AGENTCAGE_HOME": str(user.state), "LANG": "C.UTF-8",
+           "TERM": "xterm", "HOME": str(user.home), **user.user_env}
+    line = " ".join([*user.as_user, *AGENTCAGE, "shell", "--as-root", name])
+    screen = Screen(user.host.run, user.home / "tmux.sock", line, env, user.home)
+    try:
+        screen.wait_for(r"# $")
+        screen.submit("id -u; echo made-by-root >/etc/motd-test; echo done-$((6*7))")
+        screen.wait_for(r"^0$")
+        screen.wait_for(r"^done-42$")
+        screen.submit("exit 3")
+        assert screen.exit_code() == 3
+    finally:
+        screen.close()
+    try:
+        assert user("exec", name, "--", "cat", "/etc/motd-test").stdout == "made-by-root\n"
+        made = user.state / "cages" / name / "rootfs" / "etc" / "motd-test"
+        assert (made.stat().st_uid, made.stat().st_gid) == (USER, USER)
+    finally:
+        user("destroy", "-y", name)
