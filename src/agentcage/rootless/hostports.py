@@ -23,6 +23,7 @@ import contextlib
 import errno
 import ipaddress
 import socket
+import time
 from pathlib import Path
 
 from agentcage.rootless import HOST_PORTS
@@ -72,9 +73,16 @@ def server(directory: Path) -> socket.socket:
 
 
 def serve(listener: socket.socket) -> None:
-    """The keeper's loop (a thread of its own): one request per connection."""
+    """The keeper's loop (a thread of its own): one request per connection, until the
+    listener is closed."""
     while True:
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            if listener.fileno() == -1:
+                return  # closed
+            time.sleep(0.1)  # a passing failure (out of descriptors): the next one may do
+            continue
         with conn:
             conn.settimeout(5)
             with contextlib.suppress(OSError):
