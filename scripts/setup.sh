@@ -9,6 +9,7 @@ APT_PACKAGES=(bubblewrap iproute2 nftables iptables dnsmasq-base keyutils util-l
     podman runc debootstrap
     busybox-static  # the busybox image the tests build (no registry is reachable from them)
     slirp4netns uidmap  # rootless cages: their uplink, and subordinate id maps
+    systemd-container runsc  # systemd-nspawn and gVisor: agentsec presets, measured as sandboxes
     python3-pip  # pip inside the cage (the package-install workload tests)
     vim  # a person editing a cage (agentcage edit) in vi, at a terminal
     tmux)  # the tests drive the agents' TUIs at a terminal (send-keys, capture-pane)

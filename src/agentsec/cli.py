@@ -326,11 +326,11 @@ def br_command(template: str, **opts: Any) -> None:
 @blast_radius.command("preset")
 @click.argument("name", shell_complete=complete_presets)
 @click.argument("extra_flags", nargs=-1, type=click.UNPROCESSED)
-@click.option("--image", default=None, help="The image, for container presets.")
+@click.option("--image", default=None,
+              help="The image, for container presets (nspawn: the root directory).")
 @click.option("--engine-bin", default=None, help="An engine-compatible CLI to run instead.")
-@click.option(
-    "--as-user", default=None, metavar="UID[:GID]", help="Peer presets, from root: start as."
-)
+@click.option("--as-user", default=None, metavar="UID[:GID]",
+              help="Peer and rootless presets, from root: start as.")
 @_options(*LAUNCH, *GATES)
 def br_preset(
     name: str,
@@ -363,6 +363,7 @@ def presets(as_json: bool) -> None:
                         "rationale": p.rationale,
                         "flags": list(p.flags),
                         "needs_image": p.needs_image,
+                        "runtime": p.runtime,
                     }
                     for p, state in rows
                 ],

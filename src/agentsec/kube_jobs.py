@@ -102,6 +102,9 @@ def render(preset: Preset, image: str, python: str, env: Mapping[str, str],
     """The preset's Job, its probe ConfigMap and (for --network none) NetworkPolicy."""
     if preset.engine not in CONTAINER_ENGINES:
         raise KubeRenderError(f"not a container configuration (engine {preset.engine})")
+    if preset.runtime:
+        raise KubeRenderError(f"runs under the {preset.runtime} runtime, which a Job gets only "
+                              "through a RuntimeClass the cluster defines")
     table = _table()["flags"]
     name = f"agentsec-{preset.name}-{run_id or secrets.token_hex(3)}"[:63].rstrip("-")
     security: dict[str, Any] = {}

@@ -18,13 +18,20 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from agentsec import peers
+from agentsec import gvisor, peers
 from agentsec.errors import AgentsecError
 from agentsec.report import Target
 from agentsec.runner import PROBE_PATH, ProbeRun, run_probe
 from agentsec.untrusted import clean_text
 
-ENGINES = ("bwrap", "docker", "podman", *peers.PEER_ENGINES)
+ENGINES = ("bwrap", "docker", "podman", "nspawn", *peers.PEER_ENGINES)
+# The command each engine is run with, where it is not the engine's own name.
+ENGINE_BINARIES = {"nspawn": "systemd-nspawn"}
+# How systemd-nspawn runs where systemd is not PID 1: no registration with systemd-machined and
+# no scope unit of its own (both need the system bus), the probe's source piped in on stdin and
+# nspawn's own messages kept off the probe's stdout. None of these changes what the container
+# can reach.
+NSPAWN_WITHOUT_SYSTEMD = ("--register=no", "--keep-unit", "--pipe", "--quiet")
 PROBE_SETTINGS = (
     "AGENTSEC_PROBE_TIMEOUT",
     "AGENTSEC_PROBE_TARGETS",
@@ -48,6 +55,8 @@ class Preset:
     rationale: str
     drop_to: str | None = None
     rootless: bool = False
+    # Container presets: the OCI runtime podman runs the container with (runsc: gVisor).
+    runtime: str | None = None
     # Peers (srt, codex): the version measured, srt's settings file under data/, and settings
     # the probe needs inside that sandbox.
     version: str | None = None
@@ -56,7 +65,23 @@ class Preset:
 
     @property
     def needs_image(self) -> bool:
-        return self.engine in ("docker", "podman")
+        """An image (docker, podman) or a root directory (nspawn) comes with --image."""
+        return self.engine in ("docker", "podman", "nspawn")
+
+    @property
+    def takes_directory(self) -> bool:
+        """Its --image is a root directory (systemd-nspawn's), not a container image."""
+        return self.engine == "nspawn"
+
+    @property
+    def binary(self) -> str:
+        return ENGINE_BINARIES.get(self.engine, self.engine)
+
+    @property
+    def engine_flags(self) -> tuple[str, ...]:
+        """The flags the engine is given: the runtime first, then the preset's own."""
+        runtime = ("--runtime", self.runtime) if self.runtime else ()
+        return (*runtime, *self.flags)
 
     @property
     def is_peer(self) -> bool:
@@ -90,6 +115,7 @@ def load_presets() -> dict[str, Preset]:
             rationale=raw["rationale"],
             drop_to=raw.get("drop_to"),
             rootless=raw.get("rootless", False),
+            runtime=raw.get("runtime"),
             version=raw.get("version"),
             settings=raw.get("settings"),
             probe_env=tuple(sorted(raw.get("probe_env", {}).items())),
@@ -98,6 +124,8 @@ def load_presets() -> dict[str, Preset]:
             raise LaunchError(f"preset {preset.name}: unknown engine {preset.engine!r}")
         if preset.is_peer and not preset.version:
             raise LaunchError(f"preset {preset.name}: a peer preset pins the version it measures")
+        if preset.runtime and preset.engine != "podman":
+            raise LaunchError(f"preset {preset.name}: only podman presets name a runtime")
         presets[preset.name] = preset
     return presets
 
@@ -162,11 +190,12 @@ def bwrap_launch(
     return Launch(prefix=prefix, python=python, target=target)
 
 
-def image_digest(engine_bin: str, image: str) -> str:
-    """The image's digest (or ID) as the engine reports it; a missing image is an error."""
+def image_digest(engine_bin: str, image: str, as_user: Sequence[str] = ()) -> str:
+    """The image's digest (or ID) as the engine reports it; a missing image is an error.
+    `as_user`: the prefix that runs the engine as the user whose storage holds the image."""
     try:
         proc = subprocess.run(
-            [engine_bin, "image", "inspect", "--format", "{{.Digest}} {{.Id}}", image],
+            [*as_user, engine_bin, "image", "inspect", "--format", "{{.Digest}} {{.Id}}", image],
             capture_output=True,
             text=True,
             timeout=IMAGE_INSPECT_TIMEOUT_S,
@@ -176,7 +205,7 @@ def image_digest(engine_bin: str, image: str) -> str:
             f"{engine_bin} did not answer within {IMAGE_INSPECT_TIMEOUT_S} s"
         ) from exc
     if proc.returncode != 0:
-        down = _engine_down(engine_bin)
+        down = _engine_down(engine_bin, as_user)
         if down is not None:
             raise LaunchError(down)
         raise LaunchError(
@@ -187,14 +216,14 @@ def image_digest(engine_bin: str, image: str) -> str:
     return digest if digest and digest != "<none>" else image_id
 
 
-def _engine_down(engine_bin: str) -> str | None:
+def _engine_down(engine_bin: str, as_user: Sequence[str] = ()) -> str | None:
     """Why the engine does not answer at all (its daemon is down or unreachable), or None.
 
     A failed `image inspect` reads the same whether the image is missing or nobody answered;
     `version` needs the daemon (docker, remote podman) and tells the two apart."""
     try:
         proc = subprocess.run(
-            [engine_bin, "version"],
+            [*as_user, engine_bin, "version"],
             capture_output=True,
             text=True,
             timeout=ENGINE_VERSION_TIMEOUT_S,
@@ -224,19 +253,48 @@ def container_launch(
     engine_bin: str | None = None,
     python: str = "python3",
     preset: str | None = None,
+    run_as: peers.RunAs | None = None,
 ) -> Launch:
+    """`run_as`: from root, the ordinary user a rootless engine runs as (its own storage)."""
     binary = _require_binary(engine_bin or engine)
-    digest = image_digest(binary, image)
+    as_user = run_as.prefix(_require_binary("setpriv")) if run_as else ()
+    digest = image_digest(binary, image, as_user)
     flags = tuple(flags)
     # `-e NAME` passes the probe's own settings in only when they are set on this side.
     settings = tuple(arg for name in PROBE_SETTINGS for arg in ("-e", name))
-    prefix = (binary, "run", "--rm", "-i", *settings, *flags, image)
+    prefix = (*as_user, binary, "run", "--rm", "-i", *settings, *flags, image)
     target = Target(
         kind="preset" if preset else engine,
         how=how,
         engine=engine,
         image=image,
         digest=digest,
+        flags=flags,
+        command=(*prefix, python, "-"),
+        preset=preset,
+    )
+    return Launch(prefix=prefix, python=python, target=target)
+
+
+def nspawn_launch(directory: str, flags: Sequence[str], how: str, python: str = "python3",
+                  preset: str | None = None) -> Launch:
+    """A systemd-nspawn container whose root is `directory`, run as a single command (no init
+    in it, no systemd on the host either: see NSPAWN_WITHOUT_SYSTEMD)."""
+    binary = _require_binary(ENGINE_BINARIES["nspawn"])
+    if os.geteuid() != 0:
+        raise LaunchError("systemd-nspawn needs root: run agentsec as root")
+    if not os.path.isdir(directory):
+        raise LaunchError(f"{directory!r} is not a directory: systemd-nspawn takes the "
+                          "container's root directory as --image")
+    flags = tuple(flags)
+    # --setenv=NAME passes a variable through from here; only those set here, as `-e NAME`.
+    settings = tuple(f"--setenv={name}" for name in PROBE_SETTINGS if name in os.environ)
+    prefix = (binary, "--directory", directory, *NSPAWN_WITHOUT_SYSTEMD, *settings, *flags, "--")
+    target = Target(
+        kind="preset" if preset else "nspawn",
+        how=how,
+        engine="nspawn",
+        image=directory,
         flags=flags,
         command=(*prefix, python, "-"),
         preset=preset,
@@ -308,17 +366,33 @@ def preset_launch(
     preset = get_preset(name)
     if preset.is_peer:
         return peer_launch(preset, how, extra_flags, python, as_user)
-    if as_user is not None:
-        raise LaunchError("--as-user applies to peer presets (srt, codex); bwrap presets that "
-                          "drop root name their uid in presets.json")
-    flags = (*preset.flags, *extra_flags)
+    if as_user is not None and not preset.rootless:
+        raise LaunchError("--as-user applies to peer presets (srt, codex, firejail) and rootless "
+                          "ones; bwrap presets that drop root name their uid in presets.json")
+    flags = (*preset.engine_flags, *extra_flags)
     if preset.engine == "bwrap":
         return bwrap_launch(flags, how, python, preset=name, drop_to=preset.drop_to)
     if not image:
-        raise LaunchError(f"preset {name} runs a container: pass --image")
+        raise LaunchError(f"preset {name} runs a container: pass --image"
+                          + (" (its root directory)" if preset.takes_directory else ""))
+    if preset.takes_directory:
+        return nspawn_launch(image, flags, how, python, preset=name)
+    run_as = None
     if preset.rootless and os.geteuid() == 0:
-        raise LaunchError(f"preset {name} is rootless: run it as a non-root user")
-    return container_launch(preset.engine, image, flags, how, engine_bin, python, preset=name)
+        if as_user is None:
+            raise LaunchError(f"preset {name} is rootless: run it as a non-root user, or from "
+                              "root with --as-user UID")
+        run_as = peers.RunAs.parse(as_user)
+        if run_as.uid == 0:
+            raise LaunchError(f"preset {name} is rootless: --as-user names a non-root uid")
+    elif as_user is not None:
+        raise LaunchError("--as-user needs root: only root can start the engine as another uid")
+    if preset.runtime == gvisor.RUNTIME:
+        refused = gvisor.why_not(flags)
+        if refused:
+            raise LaunchError(f"preset {name}: {refused}")
+    return container_launch(preset.engine, image, flags, how, engine_bin, python, preset=name,
+                            run_as=run_as)
 
 
 @dataclass(frozen=True)
@@ -338,14 +412,21 @@ def availability(preset: Preset) -> Availability:
         if missing:
             return Availability(preset, False, f"{preset.engine} needs {', '.join(missing)}")
         return Availability(preset, True)
-    if shutil.which(preset.engine) is None:
-        return Availability(preset, False, f"{preset.engine} is not installed")
+    if shutil.which(preset.binary) is None:
+        return Availability(preset, False, f"{preset.binary} is not installed")
     if preset.drop_to and os.geteuid() == 0 and shutil.which("setpriv") is None:
         return Availability(preset, False, "setpriv (util-linux) is needed to drop root")
     if preset.rootless and os.geteuid() == 0:
-        return Availability(preset, False, "rootless: run as a non-root user")
+        return Availability(preset, False, "rootless: run as a non-root user (or, from root, "
+                            "with --as-user UID)")
+    if preset.engine == "nspawn" and os.geteuid() != 0:
+        return Availability(preset, False, "systemd-nspawn needs root")
     if preset.engine == "docker" and not _docker_daemon_up():
         return Availability(preset, False, "no Docker engine answers on this host")
+    if preset.runtime == gvisor.RUNTIME:
+        refused = gvisor.why_not(preset.engine_flags)
+        if refused:
+            return Availability(preset, False, refused)
     return Availability(preset, True)
 
 

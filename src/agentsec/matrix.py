@@ -14,7 +14,7 @@ from typing import Any
 from agentsec import service
 from agentsec.errors import AgentsecError
 from agentsec.kube_jobs import Kubectl, KubeRenderError, render
-from agentsec.launchers import availability, describe, load_presets, preset_launch
+from agentsec.launchers import Availability, availability, describe, load_presets, preset_launch
 from agentsec.render.markdown import md
 from agentsec.render.states import axis_cell
 from agentsec.report import SCHEMA_VERSION, TEST_MATRIX, Target, write_atomically
@@ -71,6 +71,9 @@ def run_matrix(
     for index, name in enumerate(preset_names, start=1):
         preset = presets[name]
         state = availability(preset)
+        if preset.takes_directory:
+            state = Availability(preset, False, "takes a root directory, not an image: "
+                                 f"agentsec blast-radius preset {name} --image DIR")
         if not state.runnable or (preset.needs_image and not image):
             why = state.why_not or "needs an image"
             result.skipped.append({"preset": name, "why": why})

@@ -10,10 +10,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from agentsec.scoring.detectors import RUNTIME_MANAGED_MOUNTS
 from agentsec.untrusted import ProbeOutput, SectionResult
 
-# Mount points that carry no information about the user (runtimes bind them on purpose).
-_KEEP_MOUNTPOINTS = frozenset({"/", "/etc/resolv.conf", "/etc/hostname", "/etc/hosts"})
+# Mount points that carry no information about the user (runtimes bind them on purpose), kept so
+# that a redacted report scores as the unredacted one.
+_KEEP_MOUNTPOINTS = frozenset({"/", *RUNTIME_MANAGED_MOUNTS})
 _CONTEXT_KEPT = ("uid", "gid")
 
 

@@ -57,6 +57,7 @@ SEALED: dict[str, Any] = {
                 "net": True,
             },
             "io_uring": {"result": "refused", "errno": "EPERM"},
+            "user_space_kernel": None,
         },
         "namespaces": {"user_ns_creatable": False, "mount_in_new_ns": False, "detail": ""},
         "network": {

@@ -28,9 +28,14 @@ from agentsec.launchers import load_presets, preset_launch
 pytestmark = pytest.mark.netns
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
 ORDINARY_USER = "1000"
-CODEX_TMP = "codex-bwrap-synthetic-mount-targets-*"
+# Codex's sandbox keeps a lock directory and a daemon directory per uid in /tmp.
+CODEX_TMP = ("codex-bwrap-synthetic-mount-targets-*", "codex-daemon-*")
 PEER_PRESETS = ("srt-default", "srt-deny-home", "codex-read-only", "codex-workspace",
                 "codex-danger", "firejail-default", "firejail-hardened")
+
+
+def codex_tmp() -> set[Path]:
+    return {path for pattern in CODEX_TMP for path in Path("/tmp").glob(pattern)}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def world():
     base = Path(tempfile.mkdtemp(prefix="agentsec-peers-", dir="/var/tmp"))
     made_codex_homes = [peers.codex_home_to_make(Path(pwd.getpwuid(int(ORDINARY_USER)).pw_dir))]
     # Codex's sandbox keeps a directory per uid in /tmp; the ones these runs make go with them
-    codex_tmp_before = set(Path("/tmp").glob(CODEX_TMP))
+    codex_tmp_before = codex_tmp()
     try:
         home = base / "home"
         home.mkdir()
@@ -59,7 +64,7 @@ def world():
         for made in made_codex_homes:
             if made is not None:
                 shutil.rmtree(made, ignore_errors=True)
-        for made in set(Path("/tmp").glob(CODEX_TMP)) - codex_tmp_before:
+        for made in codex_tmp() - codex_tmp_before:
             shutil.rmtree(made, ignore_errors=True)
 
 

@@ -3,7 +3,7 @@ is ever rewritten."""
 
 from __future__ import annotations
 
-import importlib.util
+import html
 import json
 from pathlib import Path
 
@@ -13,32 +13,49 @@ from agentsec import service
 from agentsec.report import Target
 from agentsec.scoring.rank import rank_key
 from agentsec.untrusted import parse_probe_output
+from tests import profiles_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def profiles():
-    spec = importlib.util.spec_from_file_location("profiles", ROOT / "scripts" / "profiles.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return profiles_script.load()
 
 
 def test_the_readme_table_is_what_the_reports_say(profiles):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split(profiles.START)[1].split(profiles.END)[0]
-    assert block == "\n" + profiles.render(profiles.load(profiles.PROFILES))
+    assert block == "\n" + profiles.render(profiles.load(profiles.PROFILES),
+                                           profiles.load_unmeasured(profiles.PROFILES))
 
 
-def test_the_profiles_hold_every_peer_as_root_and_as_a_user_and_the_cage(profiles):
+def test_the_table_holds_every_preset_as_its_kind_is_started_and_the_cage(profiles):
+    """One row per (preset, who starts it): measured, or saying why it was not."""
     reports = profiles.load(profiles.PROFILES)
-    labels = {r["label"] for r in reports}
-    for name in ("srt-default", "srt-deny-home", "codex-read-only", "codex-workspace",
-                 "codex-danger"):
-        assert {profiles.label_for(name, False), profiles.label_for(name, True)} <= labels
+    unmeasured = profiles.load_unmeasured(profiles.PROFILES)
+    shown = {(r["target"]["preset"], r["label"].rpartition(", ")[2]) for r in reports
+             if r["target"]["kind"] == "preset"}
+    shown |= {(r["preset"], r["label"].rpartition(", ")[2]) for r in unmeasured}
+    who = {"root": ("as root", "as uid 65534"), "user": ("as uid 1000",),
+           "rootless": ("as an ordinary user",)}
+    for row in profiles.rows():
+        assert any((row.preset, text) in shown for text in who[row.who]), row
+    assert len(shown) == len(profiles.rows())
+    assert all(r["why"].startswith("not measured here: ") for r in unmeasured)
+    assert {r["preset"] for r in unmeasured} >= {"docker-default", "docker-hardened"}
     assert any(r["target"]["kind"] == "cage" for r in reports)
     assert all(r["redacted"] for r in reports)
+
+
+def test_the_chart_beside_the_table_is_drawn_from_the_same_reports(profiles):
+    chart = (profiles.PROFILES / profiles.CHART).read_text(encoding="utf-8")
+    reports = profiles.load(profiles.PROFILES)
+    assert f"<title>agentsec: {len(reports)} runs," in chart
+    for report in reports:
+        assert f">{html.escape(report['label'])}</text>" in chart, report["label"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"docs/profiles/{profiles.CHART}" in readme
 
 
 def test_rows_are_ranked_worst_first_even_past_the_cap(profiles):

@@ -75,6 +75,20 @@ def test_redaction_strips_identifying_details_and_keeps_every_finding():
     ]
 
 
+@pytest.mark.parametrize("mountpoint", ["/etc/hosts", "/run/.containerenv"])
+def test_a_runtimes_own_files_score_the_same_redacted(mountpoint: str):
+    """A file the container runtime binds on purpose is no host mount (FS-003): redaction keeps
+    its name, so the redacted report does not score it as one."""
+    out = outputs.with_data("filesystem", host_mounts=[
+        {"mountpoint": mountpoint, "fstype": "ext4", "rw": True, "root": "/x", "writable": True}])
+    for redact in (False, True):
+        assert "FS-003" not in {f["id"] for f in _report(out, redact)["summary"]["findings"]}
+    user_data = outputs.with_data("filesystem", host_mounts=[
+        {"mountpoint": "/data", "fstype": "ext4", "rw": True, "root": "/x", "writable": True}])
+    for redact in (False, True):  # the control
+        assert "FS-003" in {f["id"] for f in _report(user_data, redact)["summary"]["findings"]}
+
+
 def test_redaction_also_strips_section_error_messages():
     out = outputs.failed("network")
     out["sections"]["network"]["error"] = "FileNotFoundError: /home/alice/targets.json"

@@ -788,3 +788,29 @@ def test_a_detector_that_raises_leaves_its_axis_not_measured_and_scores_the_rest
     assert states["network"] == "not_measured"
     assert states["privilege"] == "reachable"
     assert result.score == 3  # PRIV-005 still counts
+
+
+def _host_kernel_surfaces(**identity: Any) -> dict[str, Any]:
+    """Root with every capability, no filter, io_uring, new user namespaces and a writable
+    sysctl: what root with no sandbox shows, and what gVisor's Sentry shows of its own."""
+    out = outputs.with_data(
+        "identity", euid=0, in_user_namespace=False, caps=["CAP_SYS_ADMIN"], seccomp=0,
+        io_uring={"result": "creatable", "errno": None}, **identity)
+    out = outputs.merged(out, "namespaces", user_ns_creatable=True)
+    return outputs.merged(out, "filesystem", proc_sys_writable=["/proc/sys/kernel/modprobe"])
+
+
+def test_under_a_user_space_kernel_root_and_kernel_surfaces_are_not_the_hosts():
+    kernel_findings = {"PRIV-001", "PRIV-004", "PRIV-006", "PRIV-009", "FS-009"}
+    host = _host_kernel_surfaces()
+    assert kernel_findings <= _ids(host) and "PRIV-002" not in _ids(host)  # the control
+    gvisor = _host_kernel_surfaces(user_space_kernel="gvisor")
+    assert not kernel_findings & _ids(gvisor)
+    found = {f.id: f for f in _assess(gvisor).findings}
+    assert found["PRIV-002"].evidence == ("euid 0 of gvisor's user-space kernel, not the host's",)
+    assert found["PRIV-003"].severity == "low"
+    assert next(f for f in _assess(host).findings if f.id == "PRIV-003").severity == "critical"
+    # an older probe that did not say reads as before
+    older = _host_kernel_surfaces()
+    del older["sections"]["identity"]["data"]["user_space_kernel"]
+    assert _ids(older) == _ids(host)

@@ -123,6 +123,7 @@ def test_a_shipped_preset_runs_and_is_saved_and_recorded(console, results: Path)
         ({"engine": "bwrap", "image": "x"}, "engine: one of docker, podman"),
         ({"preset": "no-such-preset"}, "unknown preset"),
         ({"preset": "docker-default"}, "needs an image"),
+        ({"preset": "nspawn-default", "image": "var/tmp/x"}, "runs a root directory"),
         ({"preset": "bwrap-hardened", "flags": ["--read-only"]}, "carries its own"),
         ({"preset": "bwrap-hardened", "mounts": "/"}, "unknown fields"),
     ],

@@ -57,6 +57,9 @@ class PodmanWorld:
     image: str
     no_python_image: str
     busybox_image: str = BUSYBOX_IMAGE
+    # The directory the python image was imported from: a root directory for systemd-nspawn
+    # (read it only, or through an overlay: other runs share it).
+    rootfs: Path | None = None
 
     def podman(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -178,6 +181,7 @@ def _world(cache: Path) -> tuple[PodmanWorld, dict[Path, str]]:
         env={"CONTAINERS_CONF": str(containers_conf), "CONTAINERS_STORAGE_CONF": str(storage_conf)},
         image=IMAGE,
         no_python_image=NO_PYTHON_IMAGE,
+        rootfs=cache / PYTHON_ROOTFS,
     )
     return world, files
 
@@ -188,6 +192,7 @@ def _complete(world: PodmanWorld, files: dict[Path, str]) -> bool:
         and _image_exists(world, IMAGE)
         and _image_exists(world, NO_PYTHON_IMAGE)
         and _image_exists(world, BUSYBOX_IMAGE)
+        and world.rootfs is not None and (world.rootfs / "usr" / "bin" / "python3").exists()
     )
 
 
@@ -201,8 +206,9 @@ def _build(cache: Path, world: PodmanWorld, files: dict[Path, str]) -> None:
     for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_if_changed(path, text)
+    python_tree = cached_tree(cache, PYTHON_ROOTFS, _debootstrap)  # nspawn's root too
     if not _image_exists(world, IMAGE):
-        import_tree(world, cached_tree(cache, PYTHON_ROOTFS, _debootstrap), IMAGE)
+        import_tree(world, python_tree, IMAGE)
     if not _image_exists(world, NO_PYTHON_IMAGE):
         import_tree(world, cached_tree(cache, "rootfs-bare", _bare_rootfs), NO_PYTHON_IMAGE)
     if not _image_exists(world, BUSYBOX_IMAGE):

@@ -27,7 +27,8 @@ from tests.integration.podman_world import IMAGE, podman_world
 
 STAND_IN = Path(__file__).with_name("kubectl_on_podman.py")
 AGENTSEC = str(Path(sys.executable).parent / "agentsec")
-CONTAINER_PRESETS = [p for p in load_presets().values() if p.engine in ("docker", "podman")]
+CONTAINER_PRESETS = [p for p in load_presets().values()
+                     if p.engine in ("docker", "podman") and not p.runtime]
 
 
 @pytest.mark.parametrize("kubernetes", ["1.29.0", "1.34.0"])
@@ -55,6 +56,9 @@ def test_a_configuration_a_pod_cannot_say_is_refused_with_why():
     odd = Preset("odd", "podman", ("--privileged",), "a flag with no rendering")
     with pytest.raises(KubeRenderError, match="--privileged"):
         render(odd, "x:1", "python3", {})
+    # gVisor's presets would be runc's in a pod without the cluster's RuntimeClass for it
+    with pytest.raises(KubeRenderError, match="runsc runtime"):
+        render(load_presets()["gvisor-hardened"], "x:1", "python3", {})
 
 
 def _findings(report_path: Path) -> dict[str, list[str]]:

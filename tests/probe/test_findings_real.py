@@ -480,6 +480,27 @@ def test_a_nested_pid_namespace_under_the_sandboxs_own_proc_shows_no_host_proces
     assert "PROC-001" not in ids(report)
 
 
+def test_the_probe_as_pid_1_is_not_fooled_by_its_own_first_thread():
+    # systemd-nspawn --pipe (and bwrap --as-pid-1) run the command as pid 1 of a new namespace:
+    # the probe's first thread is then /proc/2, whose parent (outside) reads as 0, as kthreadd's.
+    as_pid_1 = (*SANDBOX, "--unshare-pid", "--as-pid-1", "--")
+    shown = subprocess.run(
+        [*as_pid_1, SYSTEM_PYTHON, "-c",
+         "import _thread, time; _thread.start_new_thread(time.sleep, (1,)); time.sleep(0.2); "
+         "print(open('/proc/2/stat').read().rpartition(')')[2].split()[1], "
+         "open('/proc/2/status').read().split('Tgid:')[1].split()[0])"],
+        capture_output=True, text=True, timeout=60, check=True)
+    assert shown.stdout.split() == ["0", "1"]  # the case: a thread of pid 1, "no parent"
+    report = measure(as_pid_1)
+    processes = data(report, "processes")
+    assert processes["visible_pids"] == 1 and processes["proc_shows_host"] is False
+    assert "PROC-001" not in ids(report)
+    # the control: the same sandbox with the host's /proc bound in lists the host's processes
+    report = measure(("bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--bind", "/proc", "/proc",
+                      "--tmpfs", "/tmp", "--unshare-net", "--unshare-pid", "--as-pid-1", "--"))
+    assert data(report, "processes")["proc_shows_host"] is True and "PROC-001" in ids(report)
+
+
 def test_no_pid_namespace_shows_host_processes():
     report = measure(("unshare", "--net", "--"))
     assert finding(report, "PROC-001")["evidence"] == ["PID namespace shared with the host"]
@@ -607,3 +628,30 @@ def test_io_uring_refused_by_the_kernel_setting_is_not_a_finding():
     expected = {"0": "creatable", "1": "refused", "2": "refused"}[disabled]
     assert data(report, "identity")["io_uring"]["result"] == expected
     assert ("PRIV-009" in ids(report)) is (expected == "creatable")
+
+
+# --- gVisor: root, capabilities and kernel surfaces of a user-space kernel are its own -------
+
+# The host's / read-only under a tmpfs overlay, no network: gVisor's quickest sandbox.
+GVISOR = ("unshare", "--net", "--", "runsc", "--network=none", "do")
+
+
+def test_under_gvisor_root_and_the_kernel_surfaces_are_the_sentrys_not_the_hosts():
+    assert shutil.which("runsc"), "runsc is part of this machine's set-up (scripts/setup.sh)"
+    report = measure(GVISOR)
+    identity = data(report, "identity")
+    assert identity["user_space_kernel"] == "gvisor" and identity["euid"] == 0
+    assert identity["in_user_namespace"] is False  # how gVisor's own uid map reads
+    # gVisor's /proc/self/status has no NoNewPrivs line: prctl says it (gVisor always sets it)
+    assert identity["no_new_privs"] is True
+    found = ids(report)
+    assert not found & {"PRIV-001", "PRIV-004", "PRIV-006", "PRIV-009", "FS-009", "PRIV-005"}
+    assert finding(report, "PRIV-002")["evidence"] == [
+        "euid 0 of gvisor's user-space kernel, not the host's"]
+    assert "CAP_SYS_ADMIN" in identity["caps"] and finding(report, "PRIV-003")["severity"] == "low"
+    assert report["summary"]["axes"]["privilege"]["not_measured"] == []
+    # the control: host root with the same command line, no user-space kernel in between
+    control = measure(("unshare", "--net", "--"))
+    assert data(control, "identity")["user_space_kernel"] is None
+    assert {"PRIV-001", "PRIV-004"} <= ids(control)
+    assert finding(control, "PRIV-003")["severity"] == "critical"

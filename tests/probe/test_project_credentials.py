@@ -232,7 +232,7 @@ def test_readable_credentials_in_the_project_are_sec_011(tmp_path):
     run = run_section(project, tmp_path)
     section_data = run.data("project_credentials")
     assert section_data == {"root": str(project), "truncated": False, "files": EXPECTED_FILES}
-    assert run.report["probe_version"] == "1.3.0"
+    assert run.report["probe_version"] == "1.3.1"
     for value in values:
         assert value not in run.stdout
 

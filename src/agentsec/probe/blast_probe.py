@@ -6,7 +6,8 @@ It prints exactly one JSON line on stdout (the format is docs/probe-output.md, p
 exits 0. It needs only the Python standard library (3.8 or newer) and Linux's /proc.
 
 What it measures, one small section each: identity and confinement (capabilities, seccomp,
-user namespace, Landlock, LSM, io_uring), whether new namespaces can be made, network egress
+user namespace, Landlock, LSM, io_uring, a user-space kernel such as gVisor), whether new
+namespaces can be made, network egress
 (TCP, IPv6, one DNS question over UDP, cloud metadata, a proxy, Docker's TCP port),
 secret-looking environment variable names, credential files (in the home, and in the working
 directory: the project), container runtime and SSH agent sockets, the kernel keyring, other
@@ -60,7 +61,7 @@ import time
 import warnings
 
 PROBE_FORMAT = 1
-PROBE_VERSION = "1.3.0"
+PROBE_VERSION = "1.3.1"
 
 # ---------------------------------------------------------------------------------------------
 # Fixed targets. AGENTSEC_PROBE_TARGETS may replace any of these keys (docs/probe-output.md).
@@ -968,6 +969,22 @@ def libc_functions():
     return ctypes, ctypes.CDLL(None, use_errno=True)
 
 
+PR_GET_NO_NEW_PRIVS = 39
+
+
+def no_new_privs(status):
+    """From /proc/self/status, or where that has no such line (gVisor's), from prctl."""
+    if "NoNewPrivs" in status:
+        return status["NoNewPrivs"] == "1"
+    handle = libc_functions()
+    if handle is None:
+        return None
+    ctypes, libc = handle
+    zero = ctypes.c_ulong(0)
+    value = libc.prctl(ctypes.c_int(PR_GET_NO_NEW_PRIVS), zero, zero, zero, zero)
+    return value == 1 if value in (0, 1) else None
+
+
 def libc_handle():
     """(ctypes, libc) for syscalls by number, or None where numbers for this interpreter are
     not known (see SYSCALL_NUMBERS) or ctypes is missing."""
@@ -1036,7 +1053,7 @@ def section_identity(settings):
         "cap_eff": cap_eff,
         "caps": capability_names(int(cap_eff, 16)) if cap_eff else [],
         "seccomp": int(status["Seccomp"]) if status.get("Seccomp", "").isdigit() else None,
-        "no_new_privs": status["NoNewPrivs"] == "1" if "NoNewPrivs" in status else None,
+        "no_new_privs": no_new_privs(status),
         "landlock_abi": landlock_abi(),
         "lsm": lsm,
         "apparmor": apparmor_label(lsm),
@@ -1048,7 +1065,21 @@ def section_identity(settings):
         "kernel_file_writable": can_open(CORE_PATTERN, os.O_WRONLY),
         "own_namespaces": own_namespaces(),
         "io_uring": io_uring_state(),
+        "user_space_kernel": user_space_kernel(),
     }
+
+
+# gVisor's Sentry answers uname with this fixed build string whatever the host runs (the release
+# it pairs it with has changed: 4.4.0, 4.19.0-gvisor); a host kernel built at that minute of
+# 2016 would be older than anything that runs the probe.
+GVISOR_UNAME_VERSION = "#1 SMP Sun Jan 10 15:06:54 PST 2016"
+
+
+def user_space_kernel():
+    """'gvisor' when the probe's system calls are served by gVisor's user-space kernel rather
+    than the host's: its root, capabilities, /proc/sys and io_uring are then the Sentry's, and
+    the host's kernel is reached only through the Sentry's own filtered calls. None otherwise."""
+    return "gvisor" if os.uname().version == GVISOR_UNAME_VERSION else None
 
 
 # Inode numbers the kernel gives its initial namespaces (include/linux/proc_ns.h); the network
@@ -2204,16 +2235,25 @@ def section_processes(settings):
     }
 
 
+# PF_KTHREAD in the flags field of /proc/PID/stat: set on kernel threads only.
+PF_KTHREAD = 0x00200000
+
+
 def proc_shows_host():
-    """Whether the mounted /proc lists the host's processes: kernel threads (kthreadd is pid 2,
-    with no parent) exist only in the initial pid namespace. A sandbox nested in pid namespaces
-    of its own (srt runs its command in a second one under bwrap's) shows its own helpers under
-    the outer /proc, not the host's. None when /proc cannot be read at all."""
+    """Whether the mounted /proc lists the host's processes: kernel threads (kthreadd is pid 2)
+    exist only in the initial pid namespace. A sandbox nested in pid namespaces of its own (srt
+    runs its command in a second one under bwrap's) shows its own helpers under the outer /proc,
+    not the host's. The kernel-thread flag decides, not pid 2's missing parent: where the probe
+    is pid 1 of a new namespace (systemd-nspawn --pipe, bwrap --as-pid-1), its own first thread
+    is /proc/2 and its parent, outside, reads as 0 too. None when /proc cannot be read at all."""
     stat_line = read_text("/proc/2/stat", 4096)
     if stat_line is None:
         return False if existence("/proc/self")[0] else None
     fields = stat_line.rpartition(")")[2].split()
-    return len(fields) > 1 and fields[1] == "0"
+    try:
+        return fields[1] == "0" and int(fields[6]) & PF_KTHREAD != 0
+    except (IndexError, ValueError):
+        return None
 
 
 def section_persistence(settings):

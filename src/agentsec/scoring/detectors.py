@@ -124,14 +124,27 @@ def _in_userns(facts: Facts) -> bool:
     return facts.value("identity", "in_user_namespace", bool)
 
 
+def _user_space_kernel(facts: Facts) -> str | None:
+    """The user-space kernel (gVisor) that serves the sandbox's system calls, if one does: its
+    root, capabilities, sysctls, namespaces and io_uring are its own, not the host kernel's,
+    and the Sentry reaches the host only through its own filtered calls, as an unprivileged
+    user in a user namespace of its own. (Older probes did not say: None.)"""
+    return facts.optional("identity", "user_space_kernel", str)
+
+
 def real_root(facts: Facts) -> Hit | None:
-    if _euid(facts) == 0 and not _in_userns(facts):
+    if _euid(facts) == 0 and not _in_userns(facts) and not _user_space_kernel(facts):
         return Hit(("euid 0 in the initial user namespace",))
     return None
 
 
 def userns_root(facts: Facts) -> Hit | None:
-    if _euid(facts) == 0 and _in_userns(facts):
+    if _euid(facts) != 0:
+        return None
+    kernel = _user_space_kernel(facts)
+    if kernel:
+        return Hit((f"euid 0 of {kernel}'s user-space kernel, not the host's",))
+    if _in_userns(facts):
         return Hit(("euid 0 inside a user namespace",))
     return None
 
@@ -178,6 +191,8 @@ def io_uring(facts: Facts) -> Hit | None:
     passing through the syscall entry a seccomp filter inspects, so a filter that refuses
     socket() does not refuse IORING_OP_SOCKET. Under a filter that is a hole in it; without one
     it is still one of the kernel's largest attack surfaces."""
+    if _user_space_kernel(facts):
+        return None  # the user-space kernel's own io_uring, which no host filter guards
     state = facts.optional("identity", "io_uring", dict)
     if state is None:
         raise CannotTell("io_uring was not tried (an older probe, or unknown syscall numbers here)")
@@ -205,11 +220,15 @@ def dangerous_capabilities(facts: Facts) -> Hit | None:
         return None
     # Capabilities held only inside a user namespace act on that namespace's own objects; they
     # widen the kernel's attack surface but do not reach host resources, hence the lower cap.
-    cap: Severity | None = "low" if _in_userns(facts) else None
+    # Under a user-space kernel they act on that kernel's objects only.
+    confined = _in_userns(facts) or bool(_user_space_kernel(facts))
+    cap: Severity | None = "low" if confined else None
     return Hit(names, severity_keys=names, severity_cap=cap)
 
 
 def no_seccomp(facts: Facts) -> Hit | None:
+    if _user_space_kernel(facts):
+        return None  # no call of the sandbox's reaches the host kernel's syscall table
     mode = facts.value("identity", "seccomp", int)
     return Hit(("Seccomp: 0",)) if mode == 0 else None
 
@@ -221,6 +240,8 @@ def no_new_privs_unset(facts: Facts) -> Hit | None:
 
 
 def namespaces_creatable(facts: Facts) -> Hit | None:
+    if _user_space_kernel(facts):
+        return None  # the user-space kernel's namespaces: none of the host kernel's code
     if not facts.value("namespaces", "user_ns_creatable", bool):
         return None
     evidence = ["can create a user namespace"]
@@ -521,8 +542,11 @@ def session_keyring(facts: Facts) -> Hit | None:
 
 # Scratch space every sandbox is expected to have; writing there is not a finding.
 _SCRATCH_DIRS = frozenset({"/tmp", "/dev/shm", "."})
-# Files container runtimes bind from the host on purpose; they are not the user's data.
-_RUNTIME_MANAGED_MOUNTS = frozenset({"/etc/resolv.conf", "/etc/hostname", "/etc/hosts"})
+# Files container runtimes bind from the host on purpose; they are not the user's data. podman
+# writes /run/.containerenv per container, into that container's own directory, to describe it.
+RUNTIME_MANAGED_MOUNTS = frozenset(
+    {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts", "/run/.containerenv"}
+)
 
 
 def _writable_system_dirs(facts: Facts) -> list[str]:
@@ -563,7 +587,7 @@ def host_rw_mounts(facts: Facts) -> Hit | None:
         for r in facts.records("filesystem", "host_mounts")
         if r.get("rw") is True
         and r.get("writable") is not False
-        and r.get("mountpoint") not in _RUNTIME_MANAGED_MOUNTS
+        and r.get("mountpoint") not in RUNTIME_MANAGED_MOUNTS
     )
 
 
@@ -613,6 +637,8 @@ def _namespace_of(path: str) -> str | None:
 
 
 def proc_sys_writable(facts: Facts) -> Hit | None:
+    if _user_space_kernel(facts):
+        return None  # the user-space kernel's own settings, not the host's
     paths = [
         p
         for p in facts.optional("filesystem", "proc_sys_writable", list) or []
@@ -702,7 +728,7 @@ def build_registry() -> DetectorRegistry:
         ("PRIV-003", ("identity",), dangerous_capabilities),
         ("PRIV-004", ("identity",), no_seccomp),
         ("PRIV-005", ("identity",), no_new_privs_unset),
-        ("PRIV-006", ("namespaces",), namespaces_creatable),
+        ("PRIV-006", ("namespaces", "identity"), namespaces_creatable),
         ("PRIV-007", ("identity",), no_mac_profile),
         ("PRIV-008", ("identity",), mapped_to_host_root),
         ("PRIV-009", ("identity",), io_uring),

@@ -75,7 +75,8 @@ class ConsoleData:
             "token": guard.token,
             "runs_allowed": guard.runs_allowed,
             "bind": guard.bind,
-            "presets": [p.name for p in load_presets().values() if availability(p).runnable],
+            "presets": [p.name for p in load_presets().values()
+                        if availability(p).runnable and not p.takes_directory],
             "history": plots,
             "regressions": regressions,
             "skipped": skipped,

@@ -73,6 +73,9 @@ def parse_run_request(fields: dict[str, list[str]]) -> RunRequest:
         presets = load_presets()
         if preset not in presets:
             raise RunRefused(f"preset: unknown preset {preset!r}")
+        if presets[preset].takes_directory:  # a path on this host, run as root: not from a page
+            raise RunRefused(f"preset: {preset} runs a root directory of this host; run it with "
+                             f"agentsec blast-radius preset {preset} --image DIR")
         if presets[preset].needs_image and image is None:
             raise RunRefused(f"image: preset {preset} runs a container and needs an image")
         if not presets[preset].needs_image and image is not None:
