@@ -7,7 +7,8 @@ podman then maps the user's uid alone, and stores an image's files all as the us
 `ignore_chown_errors` (storage.conf), as such a user must configure it: that is the storage
 written here, in the user's home, with the engine settings this machine needs (runc and
 cgroupfs, DESIGN.md). A user made for one test with `useradd`, which gives a range here, as
-Debian's adduser does, has podman's ordinary storage, each file under a subordinate id.
+Debian's adduser does (tests/integration/sandbox_worlds.py), has podman's ordinary storage,
+each file under a subordinate id.
 
 The images are imported by the user's podman, run on the fake host (its pause process ends
 with the fake host's PID namespace); the root directories are the cached ones the rootful
@@ -22,7 +23,6 @@ from pathlib import Path
 
 from tests.agentcage.hosted import AsUser
 from tests.integration.podman_world import (
-    BUSYBOX_IMAGE,
     BUSYBOX_ROOTFS,
     CACHE,
     PYTHON_ROOTFS,
@@ -48,20 +48,19 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 """
-PYTHON_IMAGE = "localhost/agentcage-rootless-python:bookworm"
-
-
 class AsUserWithPodman(AsUser):
     """The CLI as the user, with the run directory their podman uses (a login's
-    XDG_RUNTIME_DIR)."""
+    XDG_RUNTIME_DIR: `home`/run unless `podman_env` says otherwise, with whatever else the
+    user's podman is given)."""
+
+    def __init__(self, host, home: Path, uid: int, world=None, gid: int | None = None,
+                 podman_env: dict[str, str] | None = None):
+        super().__init__(host, home, uid, world, gid)
+        self.user_env = podman_env or {"XDG_RUNTIME_DIR": str(home / "run")}
 
     @property
     def runtime_dir(self) -> Path:
-        return self.home / "run"
-
-    @property
-    def user_env(self) -> dict[str, str]:
-        return {"XDG_RUNTIME_DIR": str(self.runtime_dir)}
+        return Path(self.user_env["XDG_RUNTIME_DIR"])
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, **kw):
         return super().__call__(*args, env={**self.user_env, **(env or {})}, **kw)
@@ -105,6 +104,3 @@ def import_images(cli: AsUserWithPodman, names: dict[str, str],
                     assert r.returncode == 0, r.stderr
             finally:
                 tarball.unlink()
-
-
-__all__ = ["BUSYBOX_IMAGE", "PYTHON_IMAGE", "AsUserWithPodman", "import_images"]

@@ -14,14 +14,13 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.agentcage.conftest import AGENT_UID, make_project, needs_root
 from tests.agentcage.hosted import delegated_cgroups, open_to_users
-from tests.agentcage.rootless_podman import PYTHON_IMAGE, AsUserWithPodman, import_images
+from tests.agentcage.rootless_podman import AsUserWithPodman, import_images
 from tests.agentcage.test_images_world import APT_HOST, APT_LINE, STAND_INS, build_apt_repository
 from tests.integration.podman_world import BUSYBOX_IMAGE
 
@@ -148,57 +147,32 @@ def test_an_image_the_users_podman_lacks_is_refused_in_one_line(user):
     assert not (user.state / "cages" / "noimage").exists()
 
 
-def _subordinate(path: Path, name: str) -> tuple[int, int]:
-    for line in path.read_text().splitlines():
-        fields = line.split(":")
-        if fields[0] == name:
-            return int(fields[1]), int(fields[2])
-    pytest.fail(f"useradd gave {name} no range in {path}")
-
-
 @pytest.fixture
 def ranged_user(world):
-    """A user made for this test with `useradd`, which gives it an /etc/subuid and /etc/subgid
-    range here: rootless podman then stores each file of an image under the subordinate id
-    its owner maps to, and the rootless cages' namespace maps the same range. The user, its
-    range (userdel removes it), its home and every process it ran (on the fake host) are
-    gone afterwards."""
+    """A user made for this test by the sandboxes' helper (`useradd`, which gives it an
+    /etc/subuid and /etc/subgid range here), the python image imported by its own rootless
+    podman, which stores each file under the subordinate id its owner maps to; the rootless
+    cages' namespace maps the same range. The user, its range, its home and every process it
+    ran are gone afterwards (the helper's own cleanup; the cages' processes end with the fake
+    host first)."""
     import pwd
-    import secrets
-    import subprocess
 
     from fakenet import FakeHost
+    from tests.integration.podman_world import podman_world
+    from tests.integration.sandbox_worlds import rootless_user
 
-    name = f"agentcage-rl-{secrets.token_hex(3)}"
-    home = Path(tempfile.mkdtemp(prefix="agentcage-rootless-ranged-"))
-    os.chmod(home, 0o755)
-    made = subprocess.run(["useradd", "--user-group", "--no-create-home", "--home-dir",
-                           str(home), "--shell", "/usr/sbin/nologin", name],
-                          capture_output=True, text=True, timeout=30)
-    assert made.returncode == 0, made.stderr
-    try:
-        entry = pwd.getpwnam(name)
-        ranges = (_subordinate(Path("/etc/subuid"), name),
-                  _subordinate(Path("/etc/subgid"), name))
-        with delegated_cgroups(entry.pw_uid), FakeHost(world) as host:
+    with podman_world() as images, rootless_user(images) as made:
+        gid = pwd.getpwnam(made.name).pw_gid
+        gid_start = int(next(line for line in Path("/etc/subgid").read_text().splitlines()
+                             if line.startswith(f"{made.name}:")).split(":")[1])
+        with delegated_cgroups(made.uid), FakeHost(world) as host:
             open_to_users(host)
-            cli = AsUserWithPodman(host, home, entry.pw_uid, world, gid=entry.pw_gid)
+            cli = AsUserWithPodman(host, made.home, made.uid, world, gid=gid,
+                                   podman_env=made.env)
             try:
-                import_images(cli, {PYTHON_IMAGE: "python"}, single_uid=False)
-                yield cli, ranges
+                yield cli, made.image, gid_start
             finally:
                 cli.destroy_all()
-    finally:
-        # once the fake host's processes, the user's, are gone: a moment after its init
-        for _ in range(100):
-            gone = subprocess.run(["userdel", name], capture_output=True, text=True, timeout=30)
-            if gone.returncode == 0:
-                break
-            time.sleep(0.1)
-        shutil.rmtree(home, ignore_errors=True)
-    assert gone.returncode == 0, gone.stderr
-    for ids in (Path("/etc/subuid"), Path("/etc/subgid")):
-        assert not any(line.startswith(f"{name}:") for line in ids.read_text().splitlines())
 
 
 @pytest.mark.netns
@@ -207,9 +181,10 @@ def test_an_image_stored_under_subordinate_ids_makes_a_rootless_cage(ranged_user
     holds the image's files under the user's subordinate ids (shown here: /etc/gshadow's
     group, shadow, is one), which the rootless cages' namespace maps as podman does. The
     cage runs on that image, its layer all the user's on the host, and verifies at most 8."""
-    cli, ((_uids, _), (gid_start, _)) = ranged_user
-    storage = cli.home / ".local" / "share" / "containers" / "storage" / "vfs" / "dir"
-    gshadow = [layer / "etc" / "gshadow" for layer in storage.iterdir()]
+    cli, image, gid_start = ranged_user
+    storage = cli.home / ".local" / "share" / "containers" / "storage"
+    gshadow = [*storage.glob("vfs/dir/*/etc/gshadow"),
+               *storage.glob("overlay/*/diff/etc/gshadow")]
     assert gshadow and all(path.stat().st_gid == gid_start + 41 for path in gshadow), \
         [(path, path.stat().st_gid) for path in gshadow]  # shadow is gid 42 in Debian
     project = cli.home / "work"
@@ -218,7 +193,7 @@ def test_an_image_stored_under_subordinate_ids_makes_a_rootless_cage(ranged_user
     for path in (project, project / "README"):
         os.chown(path, cli.uid, cli.gid)
     config = cli.home / "ranged.yaml"
-    config.write_text(f"name: ranged\ncontainer: {{image: '{PYTHON_IMAGE}'}}\n"
+    config.write_text(f"name: ranged\ncontainer: {{image: '{image}'}}\n"
                       "domains: {mode: allowlist, allow: []}\n"
                       f"gateway: {{upstream_ca_files: ['{cli.ca_path}']}}\n")
     r = cli("cage", "create", "-c", str(config), "--project", str(project), timeout=180)
