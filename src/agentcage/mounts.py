@@ -61,10 +61,19 @@ def resolved_source_refusal(source: Path, protected: Iterable[Path] = ()) -> str
         guarded += [home / s for s in SENSITIVE_HOME_DIRS]
     for path in guarded:
         real = PurePosixPath(os.path.realpath(path))
-        if path.exists() and (_under(real, str(src)) or _under(src, str(real))):
+        if _may_exist(path) and (_under(real, str(src)) or _under(src, str(real))):
             return (f"{source} would expose {path} (credentials or agentcage's own state); "
                     "mount a project directory that does not contain it")
     return None
+
+
+def _may_exist(path: Path) -> bool:
+    """Whether `path` exists, or may: one this user cannot look at (another user's closed
+    home, met by a rootless cage's user) is taken to exist, and judged by its name."""
+    try:
+        return path.exists()
+    except PermissionError:
+        return True
 
 
 def target_refusal(target: str) -> str | None:

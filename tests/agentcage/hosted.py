@@ -79,10 +79,11 @@ class AsUser(OnHost):
     """`cli(*args)` runs `agentcage *args` on the fake host as an ordinary user (`uid`, no
     supplementary group, no capability), with HOME and the state under `home` (theirs)."""
 
-    def __init__(self, host, home: Path, uid: int, world=None):
+    def __init__(self, host, home: Path, uid: int, world=None, gid: int | None = None):
         super().__init__(host, home)
         self.uid = uid
-        os.chown(home, uid, uid)
+        self.gid = uid if gid is None else gid
+        os.chown(home, uid, self.gid)
         self.ca_path: Path | None = None
         if world is not None:  # the test CA, where the user can read it
             self.ca_path = home / "fake-internet-ca.pem"
@@ -92,7 +93,7 @@ class AsUser(OnHost):
     @property
     def as_user(self) -> list[str]:
         """What runs a command as the user: their uid and gid, no other group."""
-        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--"]
 
     def __call__(self, *args: str, timeout: float = 90, stdin: str | None = None,
                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

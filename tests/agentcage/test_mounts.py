@@ -13,6 +13,7 @@ from agentcage.backends.profile import resolve_volumes
 from agentcage.config.load import load_config_text
 from agentcage.errors import BackendError, ConfigError
 from agentcage.mounts import resolved_source_refusal, target_refusal, written_source_refusal
+from tests.agentcage.conftest import needs_root
 from tests.agentcage.test_cli import AGENTCAGE
 
 
@@ -126,3 +127,44 @@ def test_cli_refuses_an_escaping_volume_in_one_line_and_keeps_no_state(tmp_path)
     assert r.stderr.count("\n") == 1 and "host system directory" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "home" / "cages" / "escape").exists()
+
+
+def test_a_path_the_user_cannot_look_at_is_judged_by_its_name():
+    """A protected path in a directory closed to the user checking (another user's home, as a
+    rootless cage's user meets it) is neither a traceback nor ignored: inside the source it is
+    refused, elsewhere it does not matter. Checked by a child that is really that user."""
+    import json
+    import tempfile
+    import warnings
+
+    needs_root()
+    base = Path(tempfile.mkdtemp(prefix="agentcage-mounts-"))
+    try:
+        os.chmod(base, 0o755)
+        closed = base / "project" / "other-home"
+        (closed / ".ssh").mkdir(parents=True)
+        os.chmod(closed, 0o700)  # root's: the child below cannot look in
+        (base / "elsewhere").mkdir()
+        read, write = os.pipe()
+        with warnings.catch_warnings():
+            # the child takes no lock: it runs code already loaded, then leaves by _exit (no
+            # interpreter here is readable by nobody, to start a fresh one as that user)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child: nobody, then the two checks, answered on the pipe
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                answers = [resolved_source_refusal(base / where, protected=[closed / ".ssh"])
+                           for where in ("project", "elsewhere")]
+                os.write(write, json.dumps(answers).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as answer:
+            inside, elsewhere = json.loads(answer.read() or '["child failed", 0]')
+        os.waitpid(pid, 0)
+        assert inside and "would expose" in inside, inside
+        assert elsewhere is None
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=True)

@@ -176,13 +176,16 @@ OPENCLAW_SESSIONS = {
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("key", sorted(OPENCLAW_SESSIONS))
+@pytest.mark.parametrize("key, mode", [("anthropic", "root"), ("openai", "root"),
+                                       ("anthropic", "rootless")])
 def test_openclaw_serves_its_gateway_on_the_hosts_loopback_and_its_agent_leaks_nothing(
-        on_host, world, key):
-    """OpenClaw, a service cage (as root: published ports are a root cage's). Its scaffold as
+        request, world, key, mode):
+    """OpenClaw, a service cage, made by root and by an ordinary user (a rootless cage, its
+    published port a listener the user's keeper made on the host's loopback). Its scaffold as
     shipped starts its gateway, whose Control UI the host's 127.0.0.1:18789 serves and no
     other address or port of the cage does; one turn of its agent, asked of that gateway by
     OpenClaw's own CLI in the cage, edits the workspace and leaks nothing, as every agent's."""
+    on_host = request.getfixturevalue("on_host" if mode == "root" else "as_user")
     agent = OPENCLAW_SESSIONS[key]
     assert installed(agent), f"{agent.binary} is missing: run scripts/setup-agents.sh"
     name = f"real-openclaw-{key}"

@@ -227,17 +227,3 @@ def test_the_hosts_loopback_and_own_addresses_stay_out_of_reach(user, world):
     for listener in listeners:
         out, _ = listener.communicate(timeout=10)
         assert "ACCEPTED" not in out  # nothing ever connected to the host's own services
-
-
-@pytest.mark.netns
-def test_an_image_cage_is_refused_rootless_in_one_line(user, delegated):
-    r = user("init", "img", "--scaffold", "debian", "-o", "img.yaml")
-    assert r.returncode == 0, r.stderr
-    project = user.home / "img"
-    project.mkdir()
-    os.chown(project, USER, USER)
-    r = user("cage", "create", "-c", "img.yaml", "--project", str(project))
-    assert r.returncode == 1
-    [line] = r.stderr.strip().splitlines()
-    assert "a rootless cage cannot read podman's image storage" in line, line
-    assert not (user.state / "cages" / "img" / "cage.yaml").exists()

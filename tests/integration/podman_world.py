@@ -33,7 +33,10 @@ NO_PYTHON_IMAGE = "localhost/agentsec-nopython:test"
 # Under the name the busybox scaffold gives it: Debian's static busybox and its applets.
 BUSYBOX_IMAGE = "docker.io/library/busybox:latest"
 BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static (scripts/setup.sh installs it)
+# The root directories the images are made from, in the cache (a rootless user's podman
+# imports them again into a storage of its own: tests/agentcage/rootless_podman.py)
 PYTHON_ROOTFS = "rootfs-bookworm-python3"
+BUSYBOX_ROOTFS = "rootfs-busybox"
 MIRROR = os.environ.get("AGENTSEC_TEST_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 CONTAINERS_CONF = """\
@@ -209,7 +212,7 @@ def _build(cache: Path, world: PodmanWorld, files: dict[Path, str]) -> None:
     if not _image_exists(world, NO_PYTHON_IMAGE):
         import_tree(world, cached_tree(cache, "rootfs-bare", _bare_rootfs), NO_PYTHON_IMAGE)
     if not _image_exists(world, BUSYBOX_IMAGE):
-        import_tree(world, cached_tree(cache, "rootfs-busybox", _busybox_rootfs), BUSYBOX_IMAGE)
+        import_tree(world, cached_tree(cache, BUSYBOX_ROOTFS, _busybox_rootfs), BUSYBOX_IMAGE)
 
 
 @contextlib.contextmanager

@@ -5,16 +5,25 @@ import`, `podman build` all put them there): it reads an image's identity and co
 and its files as one tar stream (`podman export` of a container created and never started).
 Nothing of podman runs the cage, so podman's own networking (whose bridge rewrites the host's
 firewall) is never involved; layers.py makes the files a cage's root.
+
+Rootless, the images are the user's own: rootless podman's storage, in their home. podman is
+then run in the rootless cages' user namespace (rootless/), which maps the user's ids as
+rootless podman's own namespace does (uid 0 the user, 1.. their first /etc/subuid range, or
+the user alone), and told so the way `podman unshare` tells the commands it starts
+(`_CONTAINERS_USERNS_CONFIGURED`, `_CONTAINERS_ROOTLESS_UID`): podman then reads the user's
+storage and configuration, as the user's own podman does, and makes no namespace of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 
+from agentcage import rootless
 from agentcage.errors import BackendError
 
 PODMAN_TIMEOUT = 120.0  # one inspect, create or rm; a pull has PULL_TIMEOUT
@@ -37,10 +46,28 @@ def _podman() -> str:
     return found
 
 
+def environment() -> dict[str, str] | None:
+    """podman's environment: the caller's (None), or in a rootless cage's namespace, what
+    makes it the user's rootless podman (see the module's docstring)."""
+    if not rootless.active():
+        return None
+    env = {**os.environ, "_CONTAINERS_USERNS_CONFIGURED": "done",
+           "_CONTAINERS_ROOTLESS_UID": str(rootless.host_uid()),
+           "_CONTAINERS_ROOTLESS_GID": str(rootless.host_gid())}
+    if "XDG_RUNTIME_DIR" not in env:
+        # where the user's podman keeps its run state when nothing says otherwise: their
+        # /run/user directory, if there is one (the user's own: uid 0 in this namespace)
+        own = f"/run/user/{rootless.host_uid()}"
+        with contextlib.suppress(OSError):
+            if os.stat(own).st_uid == os.getuid():
+                env["XDG_RUNTIME_DIR"] = own
+    return env
+
+
 def _run(args: list[str], timeout: float = PODMAN_TIMEOUT) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run([_podman(), *args], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL, env=environment())
     except subprocess.TimeoutExpired:
         raise BackendError(f"podman {args[0]} did not answer in {timeout:.0f} s") from None
 
@@ -77,7 +104,7 @@ def find_or_pull(reference: str, say=None) -> Image:
     try:
         proc = subprocess.run([_podman(), "pull", reference], stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              timeout=PULL_TIMEOUT)
+                              timeout=PULL_TIMEOUT, env=environment())
     except subprocess.TimeoutExpired:
         raise BackendError(f"pulling image {reference} took over {PULL_TIMEOUT:.0f} s") from None
     if proc.returncode != 0:
@@ -107,7 +134,7 @@ class Export:
         try:
             self.proc = subprocess.Popen([_podman(), "export", self.container],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE)
+                                         stderr=subprocess.PIPE, env=environment())
         except OSError as e:
             self._remove()
             raise BackendError(f"cannot run podman export: {e}") from None

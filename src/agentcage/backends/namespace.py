@@ -183,22 +183,11 @@ class NamespaceBackend:
             unsupported.append("ports.icmp.allow")
         if ports["tcp"]["passthrough"] or doc["domains"]["passthrough"]:
             unsupported.append("passthrough (uninspected TLS)")
-        if container["ports"] and rootless.active():
-            # a rootless cage's uplink is a namespace of its own (slirp4netns): a listener
-            # there is not on the host's loopback
-            raise BackendError("container.ports: a rootless cage cannot publish a port on the "
-                               "host's loopback; make this cage as root, or remove ports")
         if not container["read_only"] and not container["image"]:
             unsupported.append("container.read_only: false (without container.image the "
                                "cage's root is the host's own, read-only)")
         if container["rootfs"]:
             unsupported.append("container.rootfs")
-        if rootless.active() and container["image"]:
-            # podman's rootless storage belongs to the user's subordinate uids, which the
-            # cages' namespace (one uid: the user) cannot read
-            raise BackendError("container.image: a rootless cage cannot read podman's image "
-                               "storage from its namespace; make this cage as root, or "
-                               "without an image (install the agent on the host)")
         if rootless.active():
             refusal = cgroups.detect().rootless_refusal(
                 cgroups.Limits(spec.memory, spec.pids, spec.cpus))
@@ -333,6 +322,8 @@ class NamespaceBackend:
             uplink_netns=f"/run/netns/{plan.uplink_ns}" if plan.uplink_ns else "",
             host_routes_socket=(str(self.store.root / rootless.DIRECTORY / rootless.HOST_ROUTES)
                                 if rootless.active() and not plan.uplink_ns else ""),
+            host_ports_socket=(str(self.store.root / rootless.DIRECTORY / rootless.HOST_PORTS)
+                               if rootless.active() and not plan.uplink_ns else ""),
             dns_servers=dns_servers,
             policy_path=str(cage.policy),
             policy_ack_path=str(cage.policy_ack),

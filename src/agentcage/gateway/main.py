@@ -8,12 +8,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agentcage.addresses import UpstreamAddressRule
@@ -332,7 +335,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
     published = None
     if settings.published_ports:  # listening before the gateway says it is ready
         published = PublishedPorts(settings.published_ports, settings.cage_address, uplink,
-                                   audit_log.write)
+                                   audit_log.write, _host_listener(settings))
         try:
             await published.start()
         except BaseException as e:
@@ -422,6 +425,16 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
             capture.close()
         audit_log.close()
     return 0
+
+
+def _host_listener(settings: GatewaySettings) -> Callable[[str, int], socket.socket] | None:
+    """Where a rootless gateway gets its published ports' listeners: the keeper, which makes
+    them on the host's loopback (None: made in the uplink, the host's namespace)."""
+    if not settings.host_ports_socket:
+        return None
+    from agentcage.rootless.hostports import host_listener
+
+    return functools.partial(host_listener, settings.host_ports_socket)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,9 @@ else, through the gateway.
 
 `container.ports: ["127.0.0.1:18789:18789"]` makes the gateway listen on 127.0.0.1:18789 in
 the uplink namespace (the host's: its socket is made by the uplink thread, so it is on the
-host's loopback, where no other machine reaches) and relay each connection to the cage's
+host's loopback, where no other machine reaches; a rootless gateway, whose uplink is a network
+of its own, is handed a socket made on the host's loopback by the rootless keeper instead,
+rootless/hostports.py) and relay each connection to the cage's
 address on port 18789, over the veth, the cage's only link. The cage still reaches nothing but
 the gateway: the gateway's firewall lets the relay open connections to the cage on the
 published ports alone, and the cage's answers are those connections' packets.
@@ -40,9 +42,14 @@ class PublishedPorts:
     """The listeners of a cage's published ports, and the relays of their connections."""
 
     def __init__(self, ports: Sequence[tuple[str, int, int]], cage_address: str, uplink: Uplink,
-                 audit: Callable[[AuditRecord], None]):
+                 audit: Callable[[AuditRecord], None],
+                 host_listener: Callable[[str, int], socket.socket] | None = None):
+        """`host_listener(address, port)`: where a listening socket on the host comes from
+        when the uplink is not the host's namespace (a rootless cage's keeper); it blocks,
+        and raises OSError with the host's reason."""
         self.ports, self.cage_address = tuple(ports), cage_address
         self.uplink, self.audit = uplink, audit
+        self.host_listener = host_listener
         self.servers: list[asyncio.Server] = []
         self._relays: set[asyncio.Task] = set()
 
@@ -50,19 +57,29 @@ class PublishedPorts:
         """Every listener open, or PublishError (a port the host already uses): the gateway
         then does not start, and says which."""
         for address, host_port, cage_port in self.ports:
-            sock = await self.uplink.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((address, host_port))
-                sock.listen(BACKLOG)
+                sock = await self._listen(address, host_port)
             except OSError as e:
-                sock.close()
                 raise PublishError(f"cannot publish {address}:{host_port} on the host: "
-                                   f"{e.strerror}") from None
+                                   f"{e.strerror or e}") from None
             server = await asyncio.start_server(
                 functools.partial(self._accepted, host_port=host_port, cage_port=cage_port),
                 sock=sock)
             self.servers.append(server)
+
+    async def _listen(self, address: str, port: int) -> socket.socket:
+        if self.host_listener is not None:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, self.host_listener, address, port)
+        sock = await self.uplink.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, port))
+            sock.listen(BACKLOG)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                   host_port: int, cage_port: int) -> None:

@@ -41,6 +41,9 @@ class GatewaySettings:
     # A rootless cage's: the keeper's socket handing out a netlink socket of the host's
     # namespace, so that the host's own addresses are refused (see rootless/holder.py)
     host_routes_socket: str = ""
+    # A rootless cage's: the keeper's socket handing out listeners on the host's loopback for
+    # the published ports (see rootless/hostports.py)
+    host_ports_socket: str = ""
     blocked_dns_answer: str = "sinkhole"  # sinkhole | nxdomain
     # Per destination host, sized so that a package install never meets them: `npm install`
     # of 300 packages made 602 requests to its registry in 9 s, 183 of them in its busiest

@@ -29,6 +29,7 @@ import os
 INIT_UID_MAP = ("0", "0", "4294967295")  # /proc/self/uid_map of the initial user namespace
 DIRECTORY = "rootless"  # the holder's, in the state root
 HOST_ROUTES = "host-routes.sock"  # where gateways get a netlink socket of the host's namespace
+HOST_PORTS = "host-ports.sock"  # where gateways get listeners on the host's loopback (hostports.py)
 # slirp4netns's own resolver in the holder's namespace (its default address), which forwards to
 # the host's
 SLIRP_DNS = "10.0.2.3"
@@ -47,13 +48,22 @@ def active() -> bool:
 
 def host_uid() -> int:
     """The host uid this process is: the one uid 0 of a rootless namespace maps to."""
+    return _host_id("uid_map", os.getuid())
+
+
+def host_gid() -> int:
+    """The host gid this process is, as `host_uid`."""
+    return _host_id("gid_map", os.getgid())
+
+
+def _host_id(map_name: str, own: int) -> int:
     if not active():
-        return os.getuid()
-    for line in _read("/proc/self/uid_map").splitlines():
+        return own
+    for line in _read(f"/proc/self/{map_name}").splitlines():
         inside, outside, _count = line.split()
-        if inside == str(os.getuid()):
+        if inside == str(own):
             return int(outside)
-    return os.getuid()
+    return own
 
 
 def groups_settable() -> bool:

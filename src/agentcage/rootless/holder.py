@@ -7,9 +7,11 @@ Two processes, so that the namespaces and their uplink live and end together:
 - the *keeper*, in the host's namespaces, as the user: it forks the holder, writes the holder's
   uid and gid maps (with `newuidmap`/`newgidmap` and the user's /etc/subuid and /etc/subgid
   ranges where there are some, else the user's own uid and gid alone), starts `slirp4netns` on
-  the holder's network namespace, writes DIR/holder.json and waits. When the holder ends,
-  slirp4netns is ended and holder.json removed; when the keeper ends, both go with it
-  (slirp4netns on its exit descriptor, the holder on its parent-death signal).
+  the holder's network namespace, writes DIR/holder.json and waits, handing gateways what only
+  the host's network namespace has (its routing table; listeners on its loopback for published
+  ports, hostports.py). When the holder ends, slirp4netns is ended and holder.json removed;
+  when the keeper ends, both go with it (slirp4netns on its exit descriptor, the holder on its
+  parent-death signal).
 - the *holder*, which made the namespaces (user, mount, network) and holds them, asleep.
 
 A command joins with `enter`: setns(2) into the holder's user, mount and network namespaces, in
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentcage.errors import HostCheckError
-from agentcage.rootless import HOST_ROUTES
+from agentcage.rootless import HOST_ROUTES, hostports
 
 INFO = "holder.json"
 READY_TIMEOUT = 20.0
@@ -325,10 +327,12 @@ def keep(directory: Path) -> int:
         tmp.write_text(json.dumps(info.__dict__))
         tmp.rename(directory / INFO)
         routes = _route_server(directory)
+        ports = hostports.server(directory)
         print("ready", flush=True)
         sys.stdout.close()
         signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
         threading.Thread(target=_hand_out_routes, args=(routes,), daemon=True).start()
+        threading.Thread(target=hostports.serve, args=(ports,), daemon=True).start()
         os.waitpid(pid, 0)
         return 0
     except Exception as e:  # reported on the line `ensure` reads
