@@ -221,6 +221,21 @@ def test_a_root_owned_project_says_what_to_do_and_as_user_does_it(home, net):
     assert (project / "made").stat().st_uid == 1000
 
 
+@pytest.mark.netns
+def test_a_users_project_in_roots_group_runs_in_the_users_own_group(home, net):
+    """A project a user owns in group 0 (as a copy made by root often is): the cage runs as
+    its owner, never in root's group."""
+    project = home / "grouped"
+    project.mkdir(mode=0o755)
+    os.chown(project, 1000, 0)
+    r = agentcage(home, "run", "minimal", "--project", str(project), *run_args(net), "--",
+                  "sh", "-c", "id -g > /workspace/gid")
+    assert r.returncode == 0, r.stderr
+    # in the cage, and on the host (the file it made belongs to the user's group, not root's)
+    assert int((project / "gid").read_text()) != 0
+    assert (project / "gid").stat().st_gid not in (0, None)
+
+
 def _bare_yaml(net, name: str, allow: list[str]) -> str:
     """A cage.yaml without the test world's trust: given on the command line instead."""
     return (f"name: {name}\ndomains: {{mode: allowlist, allow: [{', '.join(allow)}]}}\n"

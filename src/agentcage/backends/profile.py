@@ -123,12 +123,30 @@ def choose_host_user(spec: CageSpec, project: Path) -> tuple[int, int, str]:
         return spec.host_user, spec.host_user, "container.host_user"
     st = project.stat()
     if st.st_uid != 0:
-        return st.st_uid, st.st_gid, "host_user auto: the project's owner"
+        return st.st_uid, _unprivileged_gid(st.st_uid, st.st_gid), \
+            "host_user auto: the project's owner"
     sudo_uid = os.environ.get("SUDO_UID")
     if sudo_uid and sudo_uid.isdigit() and int(sudo_uid) != 0:
-        return int(sudo_uid), int(os.environ.get("SUDO_GID", sudo_uid)), \
+        sudo_gid = os.environ.get("SUDO_GID", "")
+        return int(sudo_uid), _unprivileged_gid(
+            int(sudo_uid), int(sudo_gid) if sudo_gid.isdigit() else 0), \
             "host_user auto: SUDO_UID"
     return 65534, 65534, NOBODY_AS_ROOT_OWNS
+
+
+def _unprivileged_gid(uid: int, gid: int) -> int:
+    """The group the workload runs in: `gid`, unless that is root's group (a project a user
+    owns in group 0, as a copy made by root often is), which a cage never runs in: then the
+    user's own primary group, or a group numbered as the user (as `host_user` picks)."""
+    if gid != 0:
+        return gid
+    import pwd  # here: `exec` imports this module, and needs none of this
+
+    try:
+        primary = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
+    return primary if primary != 0 else uid
 
 
 def check_access(host_uid: int, host_gid: int,
