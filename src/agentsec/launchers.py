@@ -257,7 +257,8 @@ def container_launch(
 ) -> Launch:
     """`run_as`: from root, the ordinary user a rootless engine runs as (its own storage)."""
     binary = _require_binary(engine_bin or engine)
-    as_user = run_as.prefix(_require_binary("setpriv")) if run_as else ()
+    # the engine needs no working directory of ours (its flags name every path it mounts)
+    as_user = run_as.prefix(_require_binary("setpriv"), chdir="/") if run_as else ()
     digest = image_digest(binary, image, as_user)
     flags = tuple(flags)
     # `-e NAME` passes the probe's own settings in only when they are set on this side.

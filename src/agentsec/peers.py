@@ -63,7 +63,10 @@ class RunAs:
         gid = int(gid_text) if gid_text else entry.pw_gid
         return cls(uid=uid, gid=gid, home=entry.pw_dir, name=entry.pw_name)
 
-    def prefix(self, setpriv: str) -> tuple[str, ...]:
+    def prefix(self, setpriv: str, chdir: str | None = None) -> tuple[str, ...]:
+        """`chdir`: the directory the command starts in instead of ours, which the user may
+        not be able to enter (root's home, a 0700 checkout): podman, for one, refuses to start
+        there."""
         return (
             setpriv,
             f"--reuid={self.uid}",
@@ -71,6 +74,7 @@ class RunAs:
             "--clear-groups",
             "--inh-caps=-all",
             "env",
+            *((f"--chdir={chdir}",) if chdir else ()),
             f"HOME={self.home}",
             f"USER={self.name}",
             f"LOGNAME={self.name}",

@@ -46,9 +46,10 @@ events_logger = "file"
 """
 
 
-def _run(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _run(*argv: str, timeout: float = 120,
+         cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, cwd=cwd)
 
 
 @contextlib.contextmanager
@@ -124,7 +125,9 @@ class RootlessUser:
         prefix = ("setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
                   "--inh-caps=-all", "env", f"HOME={self.home}", f"USER={self.name}",
                   *(f"{k}={v}" for k, v in self.env.items()))
-        return _run(*prefix, *argv, timeout=timeout)
+        # in / : the checkout the tests run from may be closed to this user (CI's is 0700),
+        # and podman refuses to start where it cannot enter its working directory
+        return _run(*prefix, *argv, timeout=timeout, cwd="/")
 
 
 def _subordinate_range(path: Path, name: str) -> str | None:

@@ -56,9 +56,9 @@ def run_agentsec(prefix: tuple[str, ...] | list[str], *args: str, env: dict[str,
 
 
 def preset_report(prefix: tuple[str, ...] | list[str], name: str, out: Path, env: dict[str, str],
-                  *args: str) -> dict[str, Any]:
+                  *args: str, cwd: Path | None = None) -> dict[str, Any]:
     proc = run_agentsec(prefix, "blast-radius", "preset", name, "--label", name, "--out",
-                        str(out), "--no-history", *args, env=env)
+                        str(out), "--no-history", *args, env=env, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return json.loads((out / f"{name}.json").read_text())
 
@@ -274,10 +274,14 @@ def rootless_reports(rootless, podman, client, tmp_path_factory) -> dict[str, di
     out = tmp_path_factory.mktemp("rootless-reports")
     env = {**rootless.env, "AGENTSEC_PROBE_TARGETS": client.probe_targets_file.read_text()}
     as_user = ("--image", rootless.image, "--as-user", rootless.as_user)
+    # root's own directory, closed to the user (as root's home or a 0700 checkout is): the
+    # engine it starts as the user must not need to enter it
+    closed = tmp_path_factory.mktemp("closed-to-the-user")
+    closed.chmod(0o700)
     return {
         # slirp4netns, podman's rootless default, out through the client namespace
         "default": preset_report(in_namespace(client.netns), "podman-rootless-default", out, env,
-                                 *as_user),
+                                 *as_user, cwd=closed),
         "hardened": preset_report(OWN_NETNS, "podman-rootless-hardened", out, env, *as_user),
         "gvisor": preset_report(in_namespace(client.netns), "gvisor-rootless", out, env,
                                 *as_user),

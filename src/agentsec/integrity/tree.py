@@ -375,13 +375,17 @@ class GitTrees:
 
 
 def _reap(proc: subprocess.Popen[bytes] | None) -> None:
-    """End a reader no one used: with its input closed, cat-file exits at once."""
-    if proc is None or proc.returncode is not None:
+    """End a reader no one used: with its input closed, cat-file exits at once. Its pipes are
+    closed even when it has ended already: what its input still buffers (written after git
+    went away) would otherwise be flushed at exit, into a broken pipe."""
+    if proc is None:
         return
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 stream.close()
+    if proc.returncode is not None:
+        return
     try:
         proc.wait(GIT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
