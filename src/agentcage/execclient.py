@@ -1,14 +1,10 @@
 """`exec` and `shell` through the exec server: the client's side (the server:
-backends/execserver.py, which says what it is and why it is safe).
+backends/execserver.py, which says what it is and why it is safe; how a served command is
+handed over and waited for: served.py, shared with the command server).
 
-The client proves the server (residents.py: our private socket; our uid, this interpreter and
-the exact command line of this installation's server; our namespaces and root), hands it the
-cage's name, the command, TERM and its standard input, output and error (the descriptors
-themselves), and waits for the outcome: the command's exit status, an error to report, or the
-interrupt that stopped it, which the caller reports exactly as for a command run in-process.
-While it waits, Ctrl-C (SIGINT), SIGTERM, SIGHUP and a window's new size (SIGWINCH) are passed
-on, and its end (killed) ends the command. No server, one that fails a check or refuses the
-client: None, and the caller runs the command itself.
+The client proves the server, hands it the cage's name, the command, TERM and its standard
+input, output and error (the descriptors themselves), and waits for the outcome. No server,
+one that fails a check or refuses the client: None, and the caller runs the command itself.
 
 Import-light (os, sys, signal and the socket module's C core): this is all `exec` loads
 before the command runs.
@@ -16,105 +12,36 @@ before the command runs.
 
 from __future__ import annotations
 
-# _socket: the socket module's C core, what `socket` wraps, without its ≈ 3.6 ms of imports
-# (selectors, the enum tables of every constant): a tenth of what this whole command may cost
-import _socket
 import os
-import signal
-import sys
 
-from agentcage import residents
-from agentcage.errors import AgentcageError
-from agentcage.interrupts import HungUp, LeftSession, Terminated
+from agentcage import served
+from agentcage.served import Absent, connect
 
-ENV = "AGENTCAGE_EXEC_SERVER"
-DIRECTORY = "exec"  # in the state root, 0700
-MODULE = "agentcage.backends.execserver"
-VERSION = b"agentcage-exec/1"
-STOP = VERSION + b"\0stop"
-MAX_MESSAGE = 1 << 16  # a request larger than this (a very long command line) runs in-process
-ANSWER_TIMEOUT = 10.0  # for the server to take the request (it forks and says so at once)
-# control messages, client to server (one per record)
-CONTROL: dict[int, bytes] = {signal.SIGINT: b"INT", signal.SIGTERM: b"TERM", signal.SIGHUP: b"HUP",
-           signal.SIGWINCH: b"WINCH"}
-# how a command stopped by an interrupt is told back: its class by name
-INTERRUPTS: dict[str, type[KeyboardInterrupt]] = {
-    "KeyboardInterrupt": KeyboardInterrupt, "Terminated": Terminated, "HungUp": HungUp,
-    "LeftSession": LeftSession}
+__all__ = ["ENV", "Absent", "Place", "connect", "request", "run", "start", "stop", "usable"]
+
+ENV = "AGENTCAGE_EXEC_SERVER"  # "off": every exec, shell and served command in-process
 
 
-def key() -> str:
-    """This installation and this process's inheritable state (a name, not a proof: the
-    server is proven by its command line, and checks the client's state itself): the
-    interpreter as invoked, its environment, the import root and the version; and what a
-    command inherits from this process (residents.process_state), so that a server started
-    from one context (a `nohup`, a `ulimit`, another cgroup) is never the one another
-    context finds: each has its own."""
-    import zlib
-
-    from agentcage import __version__
-
-    ident = "\0".join((sys.executable, sys.prefix, residents.import_root(), __version__))
-    state = repr(sorted(residents.process_state().items()))
-    return f"{zlib.crc32(ident.encode()):08x}-{zlib.crc32(state.encode()):08x}"
-
-
-class Place:
+class Place(served.Place):
     """Where the exec server of one state root and installation lives."""
 
-    def __init__(self, root: str, server_key: str | None = None):
-        # absolute: the server runs in /, and a relative AGENTCAGE_HOME names our directory
-        self.directory = os.path.join(os.path.abspath(root), DIRECTORY)
-        self.key = server_key or key()
-        self.socket = os.path.join(self.directory, f"{self.key}.sock")
-        self.lock = os.path.join(self.directory, f"{self.key}.lock")
-        self.log = os.path.join(self.directory, f"{self.key}.log")
-
-    def argv(self) -> list[str]:
-        return [sys.executable, "-m", MODULE, "--root", self.directory, "--key", self.key]
+    WHAT = "exec server"
+    DIRECTORY = "exec"
+    MODULE = "agentcage.backends.execserver"
+    VERSION = b"agentcage-exec/1"
+    SWITCHES = (ENV,)
 
 
 def usable(place: Place) -> bool:
     """Whether commands may go through an exec server here at all."""
-    if os.environ.get(ENV, "").lower() in ("off", "0", "no", "false"):
-        return False
-    return os.geteuid() == 0 and len(place.socket.encode()) <= residents.SUN_PATH_MAX
-
-
-class Absent(Exception):
-    """No server holds the socket (none yet, or a dead one's socket): one may be started."""
-
-
-def connect(place: Place) -> _socket.socket | None:
-    """A connection to the proven server of `place`; None if one is there that may not be
-    used (it is left alone); Absent if there is none."""
-    try:
-        if residents.private_socket_refusal(place.directory, place.socket):
-            return None
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET | _socket.SOCK_CLOEXEC)
-    except FileNotFoundError:
-        raise Absent from None
-    try:
-        sock.connect(place.socket)
-        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-        pid, uid = (int.from_bytes(creds[i:i + 4], sys.byteorder, signed=True)
-                    for i in (0, 4))
-        if residents.peer_refusal(pid, uid, place.argv(), "exec server") is None:
-            return sock
-    except (FileNotFoundError, ConnectionRefusedError):
-        sock.close()
-        raise Absent from None
-    except OSError:
-        pass
-    sock.close()
-    return None
+    return place.usable()
 
 
 def request(name: str, command: list[str] | None) -> bytes:
     """The request: fields separated by NUL (no argument can hold one), the command's
     arguments as the bytes they were given."""
     term = os.environ.get("TERM")
-    fields = [VERSION, name.encode(), b"-" if term is None else b"T" + os.fsencode(term),
+    fields = [Place.VERSION, name.encode(), b"-" if term is None else b"T" + os.fsencode(term),
               b"S" if command is None else b"C", *(os.fsencode(a) for a in command or ())]
     return b"\0".join(fields)
 
@@ -123,95 +50,15 @@ def run(place: Place, name: str, command: list[str] | None) -> int | None:
     """The exit status of `command` (None: `shell`) run by the server in cage `name`;
     AgentcageError or the interrupt that stopped it, as the command in-process raises them;
     None if no server could take it (Absent if there is none)."""
-    sock = connect(place)
-    if sock is None:
-        return None
-    try:
-        message = request(name, command)
-        if len(message) > MAX_MESSAGE:
-            return None
-        fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
-        sock.settimeout(ANSWER_TIMEOUT)
-        try:
-            sock.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-            answer = sock.recv(MAX_MESSAGE)
-        except OSError:  # a closed descriptor of ours, or a server that went meanwhile
-            return None
-        if answer != b"S":  # refused (R and why: this client's state is not the server's)
-            return None
-        sock.settimeout(None)
-        return _outcome(sock, place)
-    finally:
-        sock.close()
-
-
-def _outcome(sock: _socket.socket, place: Place) -> int:
-    def pass_on(signum: int, frame: object) -> None:
-        try:
-            sock.send(CONTROL[signum])
-        except OSError:  # the server's end is gone: its outcome (or its absence) says the rest
-            return
-
-    for signum in CONTROL:
-        if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's choice stays
-            signal.signal(signum, pass_on)
-    while True:
-        try:
-            outcome = sock.recv(MAX_MESSAGE)
-        except InterruptedError:
-            continue
-        break
-    kind, detail = outcome[:1], outcome[1:].decode(errors="replace")
-    if kind == b"X":
-        return int(detail)
-    if kind == b"E":
-        raise AgentcageError(detail)
-    if kind == b"A" and detail in INTERRUPTS:
-        raise INTERRUPTS[detail]()
-    raise AgentcageError(f"the exec server ended without the command's status (see {place.log})")
+    return served.hand_over(place, request(name, command), [0, 1, 2])
 
 
 def stop(root: str) -> list[int]:
-    """Stop this state root's exec servers (any installation's that answer as ours); their
-    pids. For `agentcage zygote stop`, `prune` and tests' state roots."""
-    import glob
-
-    stopped = []
-    for found in sorted(glob.glob(os.path.join(root, DIRECTORY, "*.sock"))):
-        place = Place(root, os.path.basename(found).removesuffix(".sock"))
-        try:
-            sock = connect(place)
-        except Absent:
-            continue
-        if sock is None:
-            continue
-        try:
-            sock.settimeout(5)
-            creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-            sock.send(STOP)
-            if sock.recv(16) == b"K":
-                stopped.append(int.from_bytes(creds[:4], sys.byteorder, signed=True))
-        except OSError:
-            continue
-        finally:
-            sock.close()
-    return stopped
+    """Stop this state root's exec servers; their pids."""
+    return served.stop(root, Place)
 
 
 def start(place: Place) -> None:
-    """Start a server for `place` in the background, detached (its own session, its parent
-    init), with this process's environment; it binds its socket once its imports are done. A
-    second one started meanwhile finds the lock taken and exits."""
-    import subprocess
-
-    os.makedirs(os.path.dirname(place.directory), mode=0o700, exist_ok=True)
-    os.makedirs(place.directory, mode=0o700, exist_ok=True)
-    os.chmod(place.directory, 0o700)
-    log = os.open(place.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    try:
-        if os.fstat(log).st_size > 1 << 20:
-            os.ftruncate(log, 0)
-        subprocess.run(["setsid", "--fork", *place.argv()], stdin=subprocess.DEVNULL,
-                       stdout=log, stderr=log, check=True, timeout=10, cwd="/")
-    finally:
-        os.close(log)
+    """Start an exec server for `place` in the background, with this process's environment
+    (see served.start)."""
+    served.start(place)

@@ -1,5 +1,6 @@
 """Proving a resident process of ours before using it: the gateway zygote (backends/zygote.py)
-and the exec server (backends/execserver.py, through execclient.py).
+and the resident servers of commands (backends/resident.py: the exec server and the command
+server, through served.py).
 
 A resident is found by its unix socket in a private directory of the state root; it is used
 only when every check here passes, and anything else means doing the work in the caller (the
@@ -9,7 +10,8 @@ gateway spawned, the command started in-process): slower, never less safe.
   started with exactly the command line this installation starts it with, in our network,
   mount, PID, user and cgroup namespaces and under our root directory.
 
-Import-light (os and sys): `exec` checks its server with it before anything else is loaded.
+Import-light (os and sys): a served command checks its server with it before anything else is
+loaded.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def _read(path: str) -> str:
 
 
 def process_state(pid: int | str = "self") -> dict[str, str]:
-    """What a command started by process `pid` would inherit from it, as text (for the exec
+    """What a command started by process `pid` would inherit from it, as text (for a resident
     server, which serves only a client whose state is its own; its I/O priority, which needs a
     system call, it adds itself)."""
     proc = f"/proc/{pid}"

@@ -1,108 +1,27 @@
 """The exec server: a resident process that has loaded what `exec` and `shell` run, and runs
 each of them for a tiny client (execclient.py), so that no command into a cage pays for the
-CLI's imports (most of what one costs).
+CLI's imports (most of what one costs). What a resident server is, how it runs a request and
+what keeps it safe: resident.py; this module says what an exec request is.
 
 `python -m agentcage.backends.execserver --root DIR --key KEY`, started in the background by
-the first `exec` or `shell` that found none (that one runs in-process), detached, as root (the
-CLI's user), with that command's environment. One per state root and installation (KEY),
-serving on the unix socket DIR/KEY.sock (SOCK_SEQPACKET, 0600, in a 0700 directory) while it
-holds an exclusive lock on DIR/KEY.lock; it binds the socket only once its imports are done.
+the first `exec` or `shell` that found none (that one runs in-process), with that command's
+environment, in the state root's `exec/`.
 
-A request (one per connection) names a cage and a command, carries TERM and the client's
-standard input, output and error as descriptors. The server forks; the child (the session)
-takes those descriptors as its own 0, 1 and 2, the client's TERM, a fresh interpreter's
-signal dispositions, and runs exactly what `exec` runs in-process (lean.run: the same checks
-of the cage and its gateway, the same sandbox, proof and terminal handling); then it tells the
-client the command's status, the error, or the interrupt that stopped it, and exits. The
-client's Ctrl-C, SIGTERM, SIGHUP and SIGWINCH come as messages on the connection (SIGIO), and
-its end (the connection closed) stops the command as a hang-up does.
-
-What keeps it safe:
-- Only a peer of our uid can connect (the socket's directory and mode; SO_PEERCRED checked
-  again), and the client proves the server before it hands anything over (residents.py).
-- The server runs nothing a client could not run itself: the request is a cage's name and a
-  command for it, checked by the same code as in-process.
-- Nothing that a command inherits from the process that starts it may differ between the
-  client and the server, or the server refuses (the client then runs the command itself): ids
-  and groups, capabilities, no_new_privs, seccomp, umask, ignored and blocked signals, the CPU
-  and memory nodes it may use, resource limits, cgroups, namespaces, root, security label,
-  OOM adjustment, scheduling policy, nice value and I/O priority (`inherited`). So the command
-  starts from the state it would have had in-process; only the environment is the server's,
-  and the sandbox gets none of it but TERM, which is the client's.
-- Like the gateway zygote, it refuses (and exits) when it is not alone in its process (a
-  thread), holds an unexpected descriptor, or a file of its loaded code changed since it
-  started; it exits when its socket is no longer its own (the state root removed), after
-  IDLE_SECONDS without a request, and on SIGTERM.
+A request names a cage and a command, carries TERM and the client's standard input, output and
+error as descriptors. The session takes those descriptors as its own 0, 1 and 2 and the
+client's TERM, and runs exactly what `exec` runs in-process (lean.run: the same checks of the
+cage and its gateway, the same sandbox, proof and terminal handling). Only the environment is
+the server's, and the sandbox gets none of it but TERM, which is the client's.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import gc
 import os
-import select
-import signal
-import socket
 import sys
-import time
-from typing import NoReturn
 
-from agentcage import execclient, lean, residents
-from agentcage.errors import AgentcageError
-from agentcage.gateway.zygote import (
-    changed_code,
-    code_files,
-    other_threads,
-    unexpected_descriptors,
-)
-from agentcage.home import HOME_ENV
+from agentcage import execclient, lean, served
+from agentcage.backends import resident
 from agentcage.names import NAME_RE
-
-IDLE_SECONDS = 15 * 60
-TICK = 0.5  # how often it checks its socket and its idle time
-REQUEST_TIMEOUT = 5.0
-
-_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}  # syscall numbers
-_IOPRIO_WHO_PROCESS = 1
-
-
-def inherited(pid: int | str) -> dict[str, str]:
-    """What a command started by process `pid` would inherit from it, as text."""
-    found = residents.process_state(pid)
-    found["ioprio"] = str(_ioprio(int(pid) if pid != "self" else os.getpid()))
-    return found
-
-
-def _ioprio(pid: int) -> int:
-    import ctypes
-
-    number = _IOPRIO_GET.get(os.uname().machine)
-    if number is None:
-        return -1
-    return int(ctypes.CDLL(None, use_errno=True).syscall(number, _IOPRIO_WHO_PROCESS, pid))
-
-
-def difference(client: dict[str, str], own: dict[str, str]) -> str | None:
-    """What differs (None: nothing)."""
-    for name in sorted(set(client) | set(own)):
-        if client.get(name) != own.get(name):
-            return f"the client's {name} is not the server's"
-    return None
-
-
-def preload() -> None:
-    """Import what a session runs, so that it has nothing left to import, and what it runs is
-    covered by the check for changed code."""
-    import agentcage.backends.credmasks
-    import agentcage.backends.layers
-    import agentcage.backends.lentpython
-    import agentcage.backends.terminal
-    import agentcage.backends.volumes
-    import agentcage.backends.workload
-    import agentcage.secrets.cage
-    import agentcage.seeds
-    import agentcage.state  # noqa: F401
 
 
 class Request:
@@ -110,7 +29,7 @@ class Request:
 
     def __init__(self, data: bytes):
         fields = data.split(b"\0")
-        if len(fields) < 4 or fields[0] != execclient.VERSION:
+        if len(fields) < 4 or fields[0] != execclient.Place.VERSION:
             raise ValueError("not a request of this version")
         self.name = fields[1].decode()
         if not NAME_RE.match(self.name):
@@ -125,242 +44,44 @@ class Request:
             raise ValueError("neither a command nor a shell")
 
 
-class Server:
-    def __init__(self, place: execclient.Place, idle: float = IDLE_SECONDS):
-        self.place, self.idle = place, idle
-        self.own = inherited("self")  # before any signal disposition of ours is changed
-        self.lock_fd = -1
-        self.listener: socket.socket | None = None
-        self.inode = 0
-        self.code: dict[str, tuple[int, int, int]] = {}
-        self.exe = os.readlink("/proc/self/exe")
-        self.stopping = False
+class ExecService:
+    PLACE: type[served.Place] = execclient.Place
+    DESCRIPTORS: int = 3  # the client's standard input, output and error
 
-    def claim(self) -> bool:
-        """The lock (False if another server has it), the imports, then the socket."""
-        self.lock_fd = os.open(self.place.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        preload()
-        self.code = code_files()
-        # what is loaded now is never collected: a session's collections leave its pages (and
-        # the server's, shared until written) alone, so a fork copies less
-        gc.collect()
-        gc.freeze()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.place.socket)  # the lock is ours: whoever made this socket is gone
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        old = os.umask(0o177)  # the socket file is 0600 from the moment it exists
-        try:
-            listener.bind(self.place.socket)
-        finally:
-            os.umask(old)
-        os.chmod(self.place.socket, 0o600)
-        listener.listen(64)
-        self.listener, self.inode = listener, os.lstat(self.place.socket).st_ino
-        print(f"agentcage-exec {self.place.key}: ready, pid {os.getpid()}, {len(self.code)} "
-              "code files", file=sys.stderr, flush=True)
-        return True
+    def preload(self) -> None:
+        import agentcage.backends.credmasks
+        import agentcage.backends.layers
+        import agentcage.backends.lentpython
+        import agentcage.backends.terminal
+        import agentcage.backends.volumes
+        import agentcage.backends.workload
+        import agentcage.secrets.cage
+        import agentcage.seeds
+        import agentcage.state  # noqa: F401
 
-    def serve(self) -> int:
-        assert self.listener is not None
-        last = time.monotonic()
-        while not self.stopping:
-            ready, _, _ = select.select([self.listener], [], [], TICK)
-            if ready:
-                conn, _ = self.listener.accept()
-                last = time.monotonic()
-                with conn:
-                    self.handle(conn)
-            elif not self.still_ours():
-                print(f"agentcage-exec {self.place.key}: its socket is gone; exiting",
-                      file=sys.stderr, flush=True)
-                return 0
-            elif time.monotonic() - last > self.idle:
-                break
-        self.release()
-        return 0
+    def parse(self, data: bytes, fds: list[int]) -> Request:
+        if len(fds) != self.DESCRIPTORS:
+            raise ValueError("a request hands over three descriptors")
+        return Request(data)
 
-    def still_ours(self) -> bool:
-        try:
-            return os.lstat(self.place.socket).st_ino == self.inode
-        except OSError:
-            return False
+    def refusal(self, request: Request, fds: list[int]) -> str | None:
+        return None
 
-    def release(self) -> None:
-        if self.still_ours():
-            os.unlink(self.place.socket)
+    def begin(self, request: Request, fds: list[int]) -> None:
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        if request.term is None:
+            os.environ.pop("TERM", None)
+        else:
+            os.environ["TERM"] = request.term
 
-    def unfit(self, conn: socket.socket, fds: list[int]) -> str | None:
-        """Why this process may not fork a session now (None: it may)."""
-        assert self.listener is not None
-        return (other_threads()
-                or unexpected_descriptors({0, 1, 2, self.lock_fd, self.listener.fileno(),
-                                           conn.fileno(), *fds})
-                or ("its interpreter was replaced on disk"
-                    if os.readlink("/proc/self/exe") != self.exe else None)
-                or changed_code(self.code))
-
-    def handle(self, conn: socket.socket) -> None:
-        conn.settimeout(REQUEST_TIMEOUT)
-        fds: list[int] = []
-        try:
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-            pid, uid = (int.from_bytes(creds[i:i + 4], sys.byteorder, signed=True)
-                        for i in (0, 4))
-            if uid != os.geteuid():
-                return  # the socket is 0600: only a misconfigured peer gets here
-            data, fds, _flags, _addr = socket.recv_fds(conn, execclient.MAX_MESSAGE, 3)
-            if data == execclient.STOP:
-                self.stopping = True
-                conn.send(b"K")
-                return
-            if len(fds) != 3:
-                raise ValueError("a request hands over three descriptors")
-            request = Request(data)
-            refusal = difference(inherited(pid), self.own)
-            if refusal is None:
-                stale = self.unfit(conn, fds)
-                if stale is not None:  # fail closed: this server runs nothing more
-                    self.stopping = True
-                    refusal = f"stale exec server: {stale}"
-            if refusal is not None:
-                print(f"agentcage-exec {self.place.key}: refused pid {pid}: {refusal}",
-                      file=sys.stderr, flush=True)
-                conn.send(b"R" + refusal.encode())
-                return
-            sys.stdout.flush()
-            sys.stderr.flush()
-            if os.fork() == 0:
-                self.session(conn, fds, request)
-        except (OSError, ValueError) as e:
-            print(f"agentcage-exec {self.place.key}: bad request: {e}", file=sys.stderr,
-                  flush=True)
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-    def session(self, conn: socket.socket, fds: list[int], request: Request) -> NoReturn:
-        """In the child: become the client's command, tell it the outcome; never returns."""
-        outcome = b"Ethe exec server could not run the command"
-        try:
-            assert self.listener is not None
-            self.listener.close()
-            os.close(self.lock_fd)  # the lock stays the server's alone
-            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-                os.close(fd)
-            fds.clear()
-            if request.term is None:
-                os.environ.pop("TERM", None)
-            else:
-                os.environ["TERM"] = request.term
-            conn.settimeout(None)  # blocking: the control messages are read with MSG_DONTWAIT
-            conn.send(b"S")
-            outcome = run(request, Control(conn))
-        except KeyboardInterrupt as e:  # one that came just after the outcome was known
-            if not outcome.startswith(b"X"):
-                outcome = interrupted(e)
-        except BaseException:
-            import traceback
-
-            with contextlib.suppress(OSError):
-                traceback.print_exc()
-        finally:
-            # nothing more is taken from the client: the outcome is known
-            signal.pthread_sigmask(signal.SIG_BLOCK, set(execclient.CONTROL) | {signal.SIGIO})
-            with contextlib.suppress(OSError):  # a client that is gone cannot be told
-                conn.send(outcome)
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(0)
-
-
-def run(request: Request, control: Control) -> bytes:
-    """The command's outcome, as the client is told it: X and its status, E and an error, A
-    and the interrupt that stopped it (lean.main reports each as in-process)."""
-    try:
-        control.arm()
-        return b"X%d" % lean.run(request.name, request.command)
-    except AgentcageError as e:
-        return b"E" + str(e).encode()
-    except KeyboardInterrupt as e:
-        return interrupted(e)
-
-
-def interrupted(interrupt: KeyboardInterrupt) -> bytes:
-    name = type(interrupt).__name__
-    return b"A" + (name if name in execclient.INTERRUPTS else "KeyboardInterrupt").encode()
-
-
-class Control:
-    """The client's signals, as messages on the connection: each raises in the session what
-    the signal raises in-process (lean's handlers: interrupts.py), a new window size reaches
-    the terminal's relay as SIGWINCH, and the connection closed (the client is gone) is a
-    hang-up: the command is stopped."""
-
-    def __init__(self, conn: socket.socket):
-        self.conn = conn
-
-    def arm(self) -> None:
-        from agentcage.interrupts import on_sigterm
-
-        on_sigterm()
-        signal.signal(signal.SIGIO, self.on_io)
-        fcntl.fcntl(self.conn.fileno(), fcntl.F_SETOWN, os.getpid())
-        flags = fcntl.fcntl(self.conn.fileno(), fcntl.F_GETFL)
-        fcntl.fcntl(self.conn.fileno(), fcntl.F_SETFL, flags | os.O_ASYNC)
-        self.on_io(signal.SIGIO, None)  # what came before it was armed
-
-    def on_io(self, signum: int, frame: object) -> None:
-        while True:
-            try:
-                message = self.conn.recv(64, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                return
-            if message == b"WINCH":
-                signal.raise_signal(signal.SIGWINCH)
-            elif message == b"INT":
-                raise KeyboardInterrupt
-            elif message in (b"TERM", b"HUP"):
-                signal.raise_signal(signal.SIGTERM if message == b"TERM" else signal.SIGHUP)
-                return
-            elif not message:  # the client is gone
-                signal.signal(signal.SIGIO, signal.SIG_IGN)
-                signal.raise_signal(signal.SIGHUP)
-                return
+    def work(self, request: Request) -> int:
+        return lean.run(request.name, request.command)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="agentcage-exec")
-    parser.add_argument("--root", required=True, help="the exec server directory")
-    parser.add_argument("--key", required=True)
-    parser.add_argument("--idle", type=float, default=IDLE_SECONDS)
-    args = parser.parse_args(argv)
-    os.chdir("/")
-    state_root = os.path.dirname(os.path.abspath(args.root))
-    place = execclient.Place(state_root, args.key)
-    os.environ[HOME_ENV] = state_root  # absolute: the sessions run in /
-    server = Server(place, args.idle)
-    if not server.claim():
-        return 0  # another server serves this socket
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # sessions are reaped by the kernel
-
-    def on_term(signum, frame):
-        server.stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return server.serve()
-    finally:
-        server.release()
+    return resident.main(ExecService(), argv)
 
 
 if __name__ == "__main__":
