@@ -8,7 +8,8 @@ import sys
 if __name__ == "__main__":  # `python -m agentcage.cli`: the plain `exec` and `shell` forms run
     from agentcage import lean  # before click and rich are imported (see lean.py), and a
     # command that starts a cage starts the gateway zygote first
-    if lean.plain_form(sys.argv[1:]) is not None or lean.starts_a_cage(sys.argv[1:]):
+    if (lean.plain_form(sys.argv[1:]) is not None or lean.starts_a_cage(sys.argv[1:])
+            or lean.serves(sys.argv[1:])):  # served by the command server when it can be
         lean.entry()
 
 import contextlib
@@ -172,9 +173,11 @@ def run(scaffold, command, secrets, forget, fresh, project, config_path, name, a
                       "it)", markup=False, emoji=False)
 
     interactive = sys.stdin.isatty()
+    invocation = click.get_current_context().find_object(Invocation)
+    terminal = invocation.terminal if invocation is not None else None
     request = RunRequest(name=cage_name, make_spec=make_spec, base=base, project=project,
                          command=_command(command) or None, interactive=interactive,
-                         secrets=secrets, ask=lambda key: _ask_secret(key, cage_name),
+                         secrets=secrets, ask=lambda key: _ask_secret(key, cage_name, terminal),
                          forget=forget, fresh=fresh, stored=stored,
                          masked=_say_line)
     if interactive and not command:  # a person starting the agent: where, and the way out
@@ -189,13 +192,15 @@ def _say_line(line: str) -> None:
     sys.stderr.write(f"agentcage: {line}\n")
 
 
-def _ask_secret(key: str, cage: str) -> bytes:
-    """A secret's value: a hidden prompt on a terminal, else one line of stdin (never argv)."""
+def _ask_secret(key: str, cage: str, terminal: int | None) -> bytes:
+    """A secret's value: a hidden prompt on a terminal, else one line of stdin (never argv).
+    `terminal`: where the prompt is shown when this process has no terminal of its own."""
     from agentcage.secrets import read_value
 
     try:
         return read_value(prompt=f"{key} for {cage} (hidden; stored encrypted on this host, "
-                                 "the cage sees a placeholder): ", one_line=True)
+                                 "the cage sees a placeholder): ", one_line=True,
+                          terminal=terminal)
     except ValueError as e:
         raise ConfigError(f"-s {key}: {e}") from None
 
@@ -737,10 +742,10 @@ def scaffold_show(name: str) -> None:
 @click.option("--yes", "-y", is_flag=True, help="do not ask")
 @JSON_FLAG
 def prune(yes: bool, as_json: bool) -> None:
-    """Remove ephemeral cages and cages whose gateway died, and stop the gateway zygote and
-    the exec server (the next cage, or exec, starts a fresh one); for a rootless user with no
-    cage running, their cages' holder too."""
-    from agentcage import execclient
+    """Remove ephemeral cages and cages whose gateway died, and stop the gateway zygote, the
+    exec server and the command server (the next cage, exec or command starts a fresh one);
+    for a rootless user with no cage running, their cages' holder too."""
+    from agentcage import commandclient, execclient
     from agentcage.backends import zygote as zygotes
     from agentcage.output import document
     from agentcage.state import state_root
@@ -750,6 +755,7 @@ def prune(yes: bool, as_json: bool) -> None:
     removed = service.prune()
     zygotes.stop_all(state_root())
     execclient.stop(str(state_root()))
+    commandclient.stop(str(state_root()))
     if rootless.active() and not any(row["status"] in ("running", "starting")
                                      for row in service.ls()):
         from agentcage.rootless import holder
@@ -900,13 +906,14 @@ def zygote_status(as_json: bool) -> None:
 
 @zygote.command("stop")
 def zygote_stop() -> None:
-    """Stop this state root's zygotes and its exec server; running cages keep their gateways
-    and commands."""
-    from agentcage import execclient
+    """Stop this state root's zygotes, its exec server and its command server; running cages
+    keep their gateways and commands."""
+    from agentcage import commandclient, execclient
     from agentcage.backends import zygote as zygotes
     from agentcage.state import state_root
 
-    stopped = zygotes.stop_all(state_root()) + execclient.stop(str(state_root()))
+    stopped = (zygotes.stop_all(state_root()) + execclient.stop(str(state_root()))
+               + commandclient.stop(str(state_root())))
     out.print(f"stopped: pid {', '.join(map(str, stopped))}" if stopped else "none running",
               markup=False)
 
@@ -1362,7 +1369,16 @@ def demo(out_dir: Path) -> None:
         raise AgentcageError("a person's session did not go as it should (see the lines above)")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+class Invocation:
+    """What a command learns of how it was invoked beyond its arguments (click's `obj` of the
+    top context): `terminal`, the controlling terminal of the person who typed it when this
+    process has none of its own (a command served by the command server: its client's)."""
+
+    def __init__(self, terminal: int | None = None):
+        self.terminal = terminal
+
+
+def main(argv: Sequence[str] | None = None, terminal: int | None = None) -> int:
     from agentcage.interrupts import on_sigterm
 
     on_sigterm()  # SIGTERM cleans up like Ctrl-C (finally blocks run)
@@ -1370,7 +1386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (done already when called from lean.main; `python -m agentcage.cli` comes here)
         rootless.join_for(list(sys.argv[1:] if argv is None else argv))
         cli.main(args=list(argv) if argv is not None else None, prog_name="agentcage",
-                 standalone_mode=False)
+                 standalone_mode=False, obj=Invocation(terminal))
     except click.exceptions.Abort as e:  # click's form of an interrupt, or a refused question
         return report_abort(e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else None)
     except click.NoSuchOption as e:

@@ -159,7 +159,8 @@ def unwarm_zygote() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`agentcage`: the lean path for the plain forms above, the full CLI for the rest."""
+    """`agentcage`: the lean path for the plain forms above, the command server or the full
+    CLI for the rest."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         rootless.join_for(args)  # first: every process of a rootless cage starts inside
@@ -176,19 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agentcage.cli import report
 
             return report(e)
-    if plain is None:
-        warmed = starts_a_cage(args) and warm_zygote()
-        from agentcage.cli import main as full
-
-        code = full(argv)
-        if warmed and code != 0:
-            unwarm_zygote()
-        return code
+    if plain is None and not serves(args):
+        return full_command(args)
     from agentcage.interrupts import on_sigterm
 
     on_sigterm()  # SIGTERM cleans up like Ctrl-C (finally blocks run)
     try:
-        return execute(*plain)
+        return execute(*plain) if plain is not None else command(args)
     except AgentcageError as e:
         from agentcage.cli import report
 
@@ -204,6 +199,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         from agentcage.cli import report_abort
 
         return report_abort(e)
+
+
+def serves(args: Sequence[str]) -> bool:
+    """Whether `args` is a command the command server serves (commandclient.SERVED)."""
+    from agentcage import commandclient
+
+    return commandclient.serves(args)
+
+
+def command(args: list[str]) -> int:
+    """A command the command server serves (`run`, `cage create`, `start`, ...): through it
+    when it can take it (commandclient.py), else here with the full CLI, starting a server
+    for the next command when there was none. Its exit status; an error or interrupt that
+    stopped a served one outside the CLI's own reporting, raised as in-process."""
+    from agentcage import commandclient, served
+    from agentcage.home import state_directory
+
+    place = commandclient.Place(state_directory())
+    absent = False
+    if place.usable():
+        try:
+            code = commandclient.run(place, args)
+        except served.Absent:
+            code, absent = None, True
+        if code is not None:
+            return code
+    code = full_command(args)
+    if absent:
+        import contextlib
+        import subprocess
+
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            commandclient.start(place)  # best effort: this command ran all the same
+    return code
+
+
+def full_command(args: list[str], terminal: int | None = None) -> int:
+    """Any command but the lean ones, through the full CLI, in this process (the command
+    server's sessions run it too): a command that starts a cage starts the gateway zygote
+    first. `terminal`: the controlling terminal of the person who typed it, when this process
+    has none of its own (a served command's client's)."""
+    warmed = starts_a_cage(args) and warm_zygote()
+    from agentcage.cli import main as full
+
+    code = full(args, terminal)
+    if warmed and code != 0:
+        unwarm_zygote()
+    return code
 
 
 def entry() -> NoReturn:

@@ -38,13 +38,14 @@ def home(tmp_path):
 
 
 def stop_zygotes(state: Path) -> None:
-    """The gateway zygote and the exec server of a test's state root outlive its cages by
-    design: stop them."""
-    from agentcage import execclient
+    """The gateway zygote, the exec server and the command server of a test's state root
+    outlive its cages by design: stop them."""
+    from agentcage import commandclient, execclient
     from agentcage.backends import zygote
 
     zygote.stop_all(state)
     execclient.stop(str(state))
+    commandclient.stop(str(state))
 
 
 def agentcage(home: Path, *args: str, timeout: float = 90, cwd: Path | None = None):

@@ -29,14 +29,21 @@ class SecretEntry:
 
 
 def read_value(stdin: BinaryIO | None = None, prompt: str = "secret value: ",
-               one_line: bool = False) -> bytes:
+               one_line: bool = False, terminal: int | None = None) -> bytes:
     """The value from a hidden prompt when stdin is a terminal, else all of stdin (one trailing
     newline removed), or with `one_line` its next line only, read a byte at a time so that the
     rest of stdin is left for what reads it next (`run -s`: the caged command). Never from
-    argv. An empty value is refused."""
+    argv. An empty value is refused. `terminal`: a descriptor of the person's terminal, where
+    the prompt is shown when this process has no controlling terminal of its own (a command
+    served by the command server: getpass then turns off the echo of stdin's terminal and
+    reads the value there, as it does in a process without one)."""
     stream = stdin if stdin is not None else sys.stdin.buffer
     if stream.isatty():
-        value = getpass.getpass(prompt).encode()
+        if terminal is None:
+            value = getpass.getpass(prompt).encode()
+        else:
+            with open(terminal, "w", closefd=False) as shown:
+                value = getpass.getpass(prompt, stream=shown).encode()
     else:
         value = _line(stream.fileno()) if one_line else stream.read()
         if value.endswith(b"\r\n"):
