@@ -1,15 +1,17 @@
 """Cage start-up cost, measured in the fake internet, each target against its baseline in one run.
 
 Targets (the `agentcage` console script, as a user types it):
-- first cage: `agentcage run minimal -- true` with no gateway zygote running (the run starts
-  one and its gateway is forked from it): < 1 s;
-- later cages: the same with the zygote up: < 300 ms;
+- first cage: `agentcage run minimal -- true` with no gateway zygote and no command server
+  running (the run starts both, and its gateway is forked from the zygote): < 1 s;
+- later cages: the same with the zygote and the command server up (served): < 300 ms;
 - exec: `agentcage exec NAME -- true` into a cage whose gateway is up (the lean path): < 100 ms,
   and < 2.5x `python -c pass`;
 - `agentcage start` of a stopped cage and `cage create` (which starts it), each < 1x a later
   `run`; `agentcage ls` < 2x `python -c pass`.
 Baselines, in the same run:
 - a cage whose gateway is spawned, as every cage's was (AGENTCAGE_ZYGOTE=off);
+- a later cage run in-process, as every `run` was before the command server
+  (AGENTCAGE_COMMAND_SERVER=off);
 - exec through the full CLI (`agentcage exec NAME true`: no `--`, so click parses it);
 - bare `bwrap --ro-bind / / --unshare-all true`, `python -c pass`, importing the part of
   mitmproxy the gateway uses (the floor of a start that has to import it), and the backend's
@@ -86,6 +88,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["AGENTCAGE_HOME"] = str(work / "home")
     spawned_env = {**env, "AGENTCAGE_ZYGOTE": "off"}
+    in_process_env = {**env, "AGENTCAGE_COMMAND_SERVER": "off"}
     try:
         with FakeInternet() as net, FakeHost(net) as fake_host:
             host_ns = net.add_client().netns  # plays the host's network: never the real one
@@ -116,8 +119,17 @@ def main() -> None:
                 timed([*CLI, "destroy", "-y", "bench"], env)
 
             def first() -> float:
-                timed(stop_zygote, env)  # not counted: the case is a host with none running
-                return timed(run, env)
+                # not counted: the case is a host with no zygote and no command server running
+                timed(stop_zygote, env)
+                elapsed = timed(run, env)
+                # nor is the command server's start-up that it began (a person's next command
+                # comes later than the next case here)
+                deadline = time.monotonic() + 30
+                while not list((work / "home" / "commands").glob("*.sock")):
+                    if time.monotonic() > deadline:
+                        raise SystemExit("no command server came up after a first cage")
+                    time.sleep(0.05)
+                return elapsed
 
             preload = "from agentcage.gateway.proxy import preload; preload()"
             cases: dict[str, Callable[[], float]] = {
@@ -128,6 +140,7 @@ def main() -> None:
                 "spawned": lambda: timed(run, spawned_env),
                 "first": first,
                 "later": lambda: timed(run, env),
+                "later_off": lambda: timed(run, in_process_env),
                 "exec_full": lambda: timed([*CLI, "exec", "bench", "true"], env),
                 "exec": lambda: timed([*CLI, "exec", "bench", "--", "true"], env),
                 "backend": lambda: _backend_exec(work),
@@ -173,6 +186,7 @@ def report(ms: dict[str, float], runs: int) -> None:
         ("run, gateway spawned (AGENTCAGE_ZYGOTE=off)", "spawned"),
         ("run, first cage (starts the zygote)", "first"),
         ("run, later cages (zygote up)", "later"),
+        ("run, later cages, in-process (no command server)", "later_off"),
         ("exec through the full CLI (click)", "exec_full"),
         ("exec through the CLI (lean path)", "exec"),
         ("backend exec (no CLI start-up)", "backend"),

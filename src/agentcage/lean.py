@@ -30,6 +30,7 @@ from agentcage.errors import AgentcageError, StateError
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing on this path)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn
 
 SHELL = "shell"
@@ -72,29 +73,32 @@ def list_cages(as_json: bool) -> int:
 
 def execute(name: str, command: list[str] | None) -> int:
     """Run `command` (None: a shell) in the started cage `name`: through the exec server when
-    one can take it (execclient.py), else here, starting a server for the next command when
+    one can take it (execclient.py), else here, starting a server for the next commands when
     there was none. The command's exit status; its error or interrupt raised as `run` raises
     them."""
     from agentcage import execclient
     from agentcage.home import state_directory
 
     place = execclient.Place(state_directory())
-    absent = False
     if execclient.usable(place):
         try:
             served = execclient.run(place, name, command)
         except execclient.Absent:
-            served, absent = None, True
+            served = None
+            start_server(lambda: execclient.start(place))
         if served is not None:
             return served
-    code = run(name, command)
-    if absent:
-        import contextlib
-        import subprocess
+    return run(name, command)
 
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            execclient.start(place)  # best effort: this command ran all the same
-    return code
+
+def start_server(start: Callable[[], None]) -> None:
+    """Start a server for the next commands, before this one runs in-process (see
+    served.start). Best effort: this command runs all the same."""
+    import contextlib
+    import subprocess
+
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        start()
 
 
 def run(name: str, command: list[str] | None) -> int:
@@ -211,28 +215,21 @@ def serves(args: Sequence[str]) -> bool:
 def command(args: list[str]) -> int:
     """A command the command server serves (`run`, `cage create`, `start`, ...): through it
     when it can take it (commandclient.py), else here with the full CLI, starting a server
-    for the next command when there was none. Its exit status; an error or interrupt that
+    for the next commands when there was none. Its exit status; an error or interrupt that
     stopped a served one outside the CLI's own reporting, raised as in-process."""
     from agentcage import commandclient, served
     from agentcage.home import state_directory
 
     place = commandclient.Place(state_directory())
-    absent = False
     if place.usable():
         try:
             code = commandclient.run(place, args)
         except served.Absent:
-            code, absent = None, True
+            code = None
+            start_server(lambda: commandclient.start(place))
         if code is not None:
             return code
-    code = full_command(args)
-    if absent:
-        import contextlib
-        import subprocess
-
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            commandclient.start(place)  # best effort: this command ran all the same
-    return code
+    return full_command(args)
 
 
 def full_command(args: list[str], terminal: int | None = None) -> int:

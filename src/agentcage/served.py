@@ -205,10 +205,18 @@ def stop(root: str, kind: type[Place]) -> list[int]:
     return stopped
 
 
+AFTER_ENV = "AGENTCAGE_SERVER_AFTER"  # the pid of the command that started a server
+
+
 def start(place: Place, env: dict[str, str] | None = None) -> None:
     """Start a server for `place` in the background, detached (its own session, its parent
-    init), with `env` (None: this process's environment); it binds its socket once its
-    imports are done. A second one started meanwhile finds the lock taken and exits."""
+    init), with `env` (None: this process's environment). Called before the command that found
+    none runs in-process: the server takes this process's state as it is now, the state its
+    key names (a command changes some as it runs: glibc handles a signal it had ignored once a
+    thread changes ids), and it waits for this process to end (at most a few seconds, see
+    resident.py) before it imports anything, so as to take no processor from the command; it
+    binds its socket once its imports are done. A second one started meanwhile finds the lock
+    taken and exits."""
     import subprocess
 
     os.makedirs(os.path.dirname(place.directory), mode=0o700, exist_ok=True)
@@ -219,6 +227,8 @@ def start(place: Place, env: dict[str, str] | None = None) -> None:
         if os.fstat(log).st_size > 1 << 20:
             os.ftruncate(log, 0)
         subprocess.run(["setsid", "--fork", *place.argv()], stdin=subprocess.DEVNULL,
-                       stdout=log, stderr=log, check=True, timeout=10, cwd="/", env=env)
+                       stdout=log, stderr=log, check=True, timeout=10, cwd="/",
+                       env={**(os.environ if env is None else env),
+                            AFTER_ENV: str(os.getpid())})
     finally:
         os.close(log)

@@ -151,6 +151,37 @@ def test_served_commands_give_what_in_process_ones_give(home, net):
     assert list((home / "home" / "cages").iterdir()) == []
 
 
+def test_the_server_a_first_run_starts_serves_the_next_run(home, net):
+    """A server starts from its starter's state as the command began, the state its key
+    names, not as the command left it: a `run` changes its own as it runs (here: a process
+    started by a fresh Python's subprocess has glibc's two internal signals ignored, and the
+    run handles one of them by the time it ends), and a server started from that would refuse
+    every client."""
+    project = home / "project"  # as bench/cage_startup.py's: nobody's, the cage's host_user
+    project.mkdir()
+    os.chown(project, 65534, 65534)
+    run = ("run", "minimal", "--project", str(project), "--uplink", f"netns:{net.uplink_ns}",
+           "--dns", net.dns_address, "--", "echo", "ran")
+    spawner = [sys.executable, "-c", "import subprocess, sys; "
+               "sys.exit(subprocess.run(sys.argv[1:]).returncode)"]
+
+    def through_a_fresh_python() -> Outcome:
+        return Outcome(subprocess.run([*spawner, sys.executable, "-X", "importtime",
+                                       *AGENTCAGE[1:], *run], env=_env(home),
+                                      capture_output=True, text=True, timeout=120, cwd=home,
+                                      stdin=subprocess.DEVNULL))
+
+    first = through_a_fresh_python()
+    assert not first.served and first.seen == (0, "ran\n", "")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list((home / "home" / "commands").glob("*.sock")):
+        time.sleep(0.05)
+    again = through_a_fresh_python()
+    log = "".join(p.read_text() for p in (home / "home" / "commands").glob("*.log"))
+    assert again.served and again.seen == first.seen, log
+    assert "refused" not in log, log
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -61,6 +61,7 @@ from agentcage.gateway.zygote import (
 from agentcage.home import HOME_ENV
 
 IDLE_SECONDS = 15 * 60
+STARTER_WAIT = 5.0  # the longest it waits for the command that started it to end
 TICK = 0.5  # how often it checks its socket and its idle time
 REQUEST_TIMEOUT = 5.0
 
@@ -112,6 +113,23 @@ def _ioprio(pid: int) -> int:
     return int(ctypes.CDLL(None, use_errno=True).syscall(number, _IOPRIO_WHO_PROCESS, pid))
 
 
+def wait_for_starter() -> None:
+    """Until the command that started this server has ended, or STARTER_WAIT seconds: that
+    command runs in-process meanwhile, and the server's imports would take a processor from
+    it (a `run` of an agent: that agent's start)."""
+    starter = os.environ.pop(served.AFTER_ENV, "")
+    if not starter.isdigit():
+        return
+    try:
+        pidfd = os.pidfd_open(int(starter))
+    except OSError:  # ended already
+        return
+    try:
+        select.select([pidfd], [], [], STARTER_WAIT)
+    finally:
+        os.close(pidfd)
+
+
 def difference(client: dict[str, str], own: dict[str, str]) -> str | None:
     """What differs (None: nothing)."""
     for name in sorted(set(client) | set(own)):
@@ -142,6 +160,7 @@ class Server[R]:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
+        wait_for_starter()
         self.service.preload()
         self.code = code_files()
         # what is loaded now is never collected: a session's collections leave its pages (and
