@@ -76,7 +76,10 @@ def run(place: Place, args: Sequence[str]) -> int | None:
     """The exit status of `agentcage ARGS...` run by the command server; AgentcageError or an
     interrupt that stopped it outside the CLI's own reporting; None if no server could take it
     (Absent if there is none): the caller runs it in-process."""
-    try:  # the working directory itself: never a path the server would resolve again
+    try:
+        for fd in (0, 1, 2):  # each open (else the next descriptor opened would take its place)
+            os.fstat(fd)
+        # the working directory itself: never a path the server would resolve again
         handed = [os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]
     except OSError:
         return None

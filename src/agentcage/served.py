@@ -125,12 +125,28 @@ def connect(place: Place) -> _socket.socket | None:
     return None
 
 
+def in_background() -> bool:
+    """Whether this process is in a background job of its controlling terminal: there the
+    kernel's job control (a read or a change of the terminal's modes stops the job) applies
+    only to a command in-process, as the server's child is in no session of that terminal."""
+    try:
+        tty = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:  # no controlling terminal
+        return False
+    try:
+        return os.tcgetpgrp(tty) != os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(tty)
+
+
 def hand_over(place: Place, message: bytes, fds: list[int]) -> int | None:
     """The exit status of the command that `message` asks for, run by the server with `fds`
     as the descriptors the request says; AgentcageError or the interrupt that stopped it, as
     the command in-process raises them; None if no server could take it (Absent if there is
     none)."""
-    if len(message) > MAX_MESSAGE:
+    if len(message) > MAX_MESSAGE or in_background():
         return None
     sock = connect(place)
     if sock is None:
@@ -143,24 +159,37 @@ def hand_over(place: Place, message: bytes, fds: list[int]) -> int | None:
             answer = sock.recv(MAX_MESSAGE)
         except OSError:  # a closed descriptor of ours, or a server that went meanwhile
             return None
-        if answer != b"S":  # refused (R and why: this client or request is not its to serve)
+        # S and the process group of the command (taken), or R and why (refused: this client
+        # or request is not its to serve)
+        if answer[:1] != b"S" or not answer[1:].isdigit():
             return None
         sock.settimeout(None)
-        return _outcome(sock, place)
+        return _outcome(sock, place, int(answer[1:]))
     finally:
         sock.close()
 
 
-def _outcome(sock: _socket.socket, place: Place) -> int:
+def _outcome(sock: _socket.socket, place: Place, group: int) -> int:
     def pass_on(signum: int, frame: object) -> None:
         try:
             sock.send(CONTROL[signum])
         except OSError:  # the server's end is gone: its outcome (or its absence) says the rest
             return
 
+    def suspend(signum: int, frame: object) -> None:
+        # Ctrl-Z: the command's process group stops with this process (as one job stops in
+        # its shell), and goes on when this one is continued (`fg`, `bg`)
+        _signal_group(group, signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until continued
+        signal.signal(signal.SIGTSTP, suspend)
+        _signal_group(group, signal.SIGCONT)
+
     for signum in CONTROL:
         if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's choice stays
             signal.signal(signum, pass_on)
+    if signal.getsignal(signal.SIGTSTP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTSTP, suspend)
     while True:
         try:
             outcome = sock.recv(MAX_MESSAGE)
@@ -176,6 +205,13 @@ def _outcome(sock: _socket.socket, place: Place) -> int:
         raise INTERRUPTS[detail]()
     raise AgentcageError(f"the {place.WHAT} ended without the command's status (see "
                          f"{place.log})")
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:  # noqa: SIM105  (contextlib is not imported on this path)
+        os.killpg(group, signum)
+    except OSError:  # ended meanwhile
+        pass
 
 
 def stop(root: str, kind: type[Place]) -> list[int]:

@@ -312,6 +312,61 @@ def test_ctrl_c_before_the_agent_starts_is_interrupted_and_leaves_nothing(home, 
     assert list((home / "home" / "cages").iterdir()) == []  # nothing was kept of it
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize("mode", ["served", "in-process"])
+def test_ctrl_z_suspends_the_whole_command_and_fg_goes_on(home, net, mode):
+    """At the hidden prompt (before the terminal is the cage's), in a shell with job control:
+    Ctrl-Z stops the command's job, served too (the server's child with its client), and `fg`
+    lets the person type the key and the run go on."""
+    project = make_project(home / "work")
+    config = home / "keeping.yaml"
+    config.write_text(cage_yaml(net, "ignored", ["api.example.test"], extra=KEEPING))
+    server = _started(home)
+    env = _env(home, TERM="xterm", **(OFF if mode == "in-process" else {}))
+    command = " ".join([*AGENTCAGE, "run", "x", "-c", str(config), "--project", str(project),
+                        "-s", "API_TOKEN", "--", "echo", "went", "on"])
+    screen = Screen(["bash", "-c", f'set -m; {command}; echo "stopped:$?"; read x; fg'], env,
+                    project)
+    screen.wait_for("API_TOKEN for ")
+    session = _children(server)
+    assert bool(session) == (mode == "served")
+    screen.type(b"\x1a")  # Ctrl-Z
+    screen.wait_for(f"stopped:{128 + signal.SIGTSTP}")
+    for pid in session:  # the server's child stopped with its client
+        assert _state(pid) == "T"
+    screen.type(b"\r")  # the shell's `fg`
+    for pid in session:
+        deadline = time.monotonic() + 10
+        while _state(pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _state(pid) != "T"
+    time.sleep(0.3)  # back at its prompt (in-process: nothing to look at)
+    screen.type(b"tok-after-fg\r")
+    assert screen.end() == 0, screen.shown[-600:]
+    assert b"went on" in screen.shown
+
+
+def test_a_command_in_a_background_job_of_its_terminal_runs_in_process(home):
+    """There the kernel's job control stops a job that reads the terminal or changes its
+    modes, which it can do only for a process of the terminal's session: not the server's
+    child."""
+    _started(home)
+    errors = home / "errors.txt"
+    timed = " ".join([sys.executable, "-X", "importtime", *AGENTCAGE[1:], "stop", "nosuch"])
+    outcomes = {}
+    for job, line in (("foreground", f"{timed} 2> {errors}"),
+                      ("background", f"{timed} 2> {errors} & wait")):
+        screen = Screen(["sh", "-c", f"set -m; {line}"], _env(home), home)
+        screen.end()
+        text = errors.read_text()
+        assert "error: no cage named 'nosuch'" in text
+        outcomes[job] = Outcome(subprocess.CompletedProcess([], 1, "", text)).served
+    assert outcomes == {"foreground": True, "background": False}
+
+
 def _sleeping(tag: str) -> bool:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

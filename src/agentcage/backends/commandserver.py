@@ -42,6 +42,7 @@ run: those the server registered before the fork are the server's, dropped in th
 from __future__ import annotations
 
 import atexit
+import importlib
 import io
 import os
 import stat
@@ -83,6 +84,23 @@ class Request:
             raise ValueError("the terminal is no terminal")
 
 
+# What these commands import in-process, beyond the lean path: the server imports it all once (a
+# session that imports more pays for it; the commands of bench/cage_startup.py import nothing
+# more). rich's Console is made in a session, when it prints.
+PRELOAD = (
+    "difflib",  # click's suggestions
+    "mitmproxy.version",  # the host check's (the version alone, no addon)
+    "rich.console",
+    "agentcage.backends.cgroups", "agentcage.backends.credmasks",
+    "agentcage.backends.namespace", "agentcage.backends.profile", "agentcage.backends.terminal",
+    "agentcage.backends.workload", "agentcage.backends.zygote", "agentcage.cages",
+    "agentcage.checks", "agentcage.cli", "agentcage.config.forms", "agentcage.config.load",
+    "agentcage.config.overrides", "agentcage.config.scaffolds", "agentcage.gateway.proxy",
+    "agentcage.runs", "agentcage.secrets.cage", "agentcage.secrets.service", "agentcage.state",
+    "agentsec.probe.blast_probe",  # the credential files' catalogue
+)
+
+
 class CommandService:
     PLACE: type[served.Place] = commandclient.Place
     DESCRIPTORS: int = 5  # stdin, stdout, stderr, the working directory, the terminal
@@ -92,25 +110,8 @@ class CommandService:
         self.terminal: int | None = None  # in a session: the client's, if handed over
 
     def preload(self) -> None:
-        # what these commands import, in-process, after the CLI itself
-        import rich.console  # noqa: F401  (its Console is made in a session, when it prints)
-
-        import agentcage.backends.cgroups
-        import agentcage.backends.credmasks
-        import agentcage.backends.namespace
-        import agentcage.backends.profile
-        import agentcage.backends.terminal
-        import agentcage.backends.workload
-        import agentcage.backends.zygote
-        import agentcage.cages
-        import agentcage.cli
-        import agentcage.config.load
-        import agentcage.config.overrides
-        import agentcage.config.scaffolds
-        import agentcage.runs
-        import agentcage.secrets.cage
-        import agentcage.secrets.service
-        import agentcage.state  # noqa: F401
+        for name in PRELOAD:
+            importlib.import_module(name)
 
     def parse(self, data: bytes, fds: list[int]) -> Request:
         return Request(data, fds)

@@ -268,8 +268,9 @@ class Server[R]:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             self.service.begin(request, fds)
             fds.clear()
+            os.setpgid(0, 0)  # a group of its own: the client's Ctrl-Z stops it, as a job
             conn.settimeout(None)  # blocking: the control messages are read with MSG_DONTWAIT
-            conn.send(b"S")
+            conn.send(b"S%d" % os.getpid())
             outcome = outcome_of(lambda: self.service.work(request), Control(conn))
         except KeyboardInterrupt as e:  # one that came just after the outcome was known
             if not outcome.startswith(b"X"):
