@@ -15,8 +15,11 @@ then, so a failure reads exactly as it does there.
 full CLI prints with as well.
 
 Anything else (an option, no `--`, a missing command, `--help`) is not parsed here at all: it
-goes to the full CLI, which parses and reports it. A command that starts a cage gets one thing
-done first: the gateway zygote is started if none runs (see `warm_zygote`).
+goes to the full CLI, which parses and reports it: `run`, `cage create`, `start`, `stop`,
+`restart` and `destroy` in the command server's child when one can take them (commandclient.py,
+backends/commandserver.py), else in this process, the same code either way (`full_command`). A
+command that starts a cage gets one thing done first: the gateway zygote is started if none
+runs (see `warm_zygote`).
 """
 
 from __future__ import annotations
