@@ -216,7 +216,10 @@ def _signal_group(group: int, signum: int) -> None:
 
 def stop(root: str, kind: type[Place]) -> list[int]:
     """Stop this state root's servers of `kind` (any installation's that answer as ours);
-    their pids. For `agentcage zygote stop`, `prune` and tests' state roots."""
+    their pids. A server still starting (its lock taken, its socket not yet bound) is stopped
+    by removing its lock file: it finds it gone once its imports are done, and exits. For
+    `agentcage zygote stop`, `prune` and tests' state roots."""
+    import fcntl
     import glob
 
     stopped = []
@@ -238,6 +241,19 @@ def stop(root: str, kind: type[Place]) -> list[int]:
             continue
         finally:
             sock.close()
+    for lock in sorted(glob.glob(os.path.join(root, kind.DIRECTORY, "*.lock"))):
+        if os.path.exists(lock.removesuffix(".lock") + ".sock"):
+            continue  # bound: asked above, or not ours to stop
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a server starting
+            os.unlink(lock)
+        finally:
+            os.close(fd)
     return stopped
 
 

@@ -32,13 +32,13 @@ def run(home: Path, *args: str, stdin: bytes | None = None, cwd: Path | None = N
 
 def snapshot(root: Path) -> dict[str, str]:
     """Every file under the state root (but the lock and logs that grow by themselves, and the
-    exec server's directory: a server started by an earlier `exec` makes its lock and log
-    there in the background, and logs the clients it refuses)."""
+    exec and command servers' directories: a server started by an earlier command makes its
+    lock and log there in the background, and logs the clients it refuses)."""
     found = {}
     by_itself = (".lock", "gateway.log", "audit.jsonl", "gateway.policy.json",
                  "gateway.secrets.json")
     for path in sorted(root.rglob("*")):
-        if path.relative_to(root).parts[0] == "exec":
+        if path.relative_to(root).parts[0] in ("exec", "commands"):
             continue
         # not what the running gateway writes by itself (logs, its acknowledgements, and the
         # temporary file an acknowledgement passes through while it is written: seen here)

@@ -463,6 +463,24 @@ def test_another_state_roots_client_never_reaches_this_server(home):
     assert not (home / "home" / "cages" / "mine").exists()
 
 
+def test_a_server_stopped_while_it_starts_never_serves(home):
+    """`agentcage zygote stop` just after the command that started a server, while the server
+    imports: it exits instead of binding its socket (the control: `_started`, where it binds)."""
+    first = _cli(home, "stop", "nosuch")
+    assert not first.served
+    r = subprocess.run([*AGENTCAGE, "zygote", "stop"], env=_env(home), capture_output=True,
+                       text=True, timeout=60, cwd=home, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    logs = home / "home" / "commands"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "stopped before it was ready" not in "".join(
+            log.read_text() for log in logs.glob("*.log")):
+        time.sleep(0.1)
+    assert "stopped before it was ready" in "".join(log.read_text() for log in logs.glob("*.log"))
+    assert list(logs.glob("*.sock")) == []
+    assert not _cli(home, "stop", "nosuch").served
+
+
 def test_a_server_whose_code_changed_is_not_used(home):
     """An installation (a copy of the package, first on PYTHONPATH) upgraded under its
     running server: the next command runs in-process, and the server goes."""

@@ -154,7 +154,8 @@ class Server[R]:
               file=sys.stderr, flush=True)
 
     def claim(self) -> bool:
-        """The lock (False if another server has it), the imports, then the socket."""
+        """The lock (False if another server has it), the imports, then the socket (False if it
+        was stopped meanwhile)."""
         self.lock_fd = os.open(self.place.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -162,6 +163,9 @@ class Server[R]:
             return False
         wait_for_starter()
         self.service.preload()
+        if not self.lock_still_ours():  # stopped while it started (served.stop)
+            self.say("stopped before it was ready; exiting")
+            return False
         self.code = code_files()
         # what is loaded now is never collected: a session's collections leave its pages (and
         # the server's, shared until written) alone, so a fork copies less
@@ -180,6 +184,12 @@ class Server[R]:
         self.listener, self.inode = listener, os.lstat(self.place.socket).st_ino
         self.say(f"ready, pid {os.getpid()}, {len(self.code)} code files")
         return True
+
+    def lock_still_ours(self) -> bool:
+        try:
+            return os.stat(self.place.lock).st_ino == os.fstat(self.lock_fd).st_ino
+        except OSError:
+            return False
 
     def serve(self) -> int:
         assert self.listener is not None
