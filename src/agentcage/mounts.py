@@ -60,8 +60,10 @@ def resolved_source_refusal(source: Path, protected: Iterable[Path] = ()) -> str
     for home in _homes():
         guarded += [home / s for s in SENSITIVE_HOME_DIRS]
     for path in guarded:
+        if not _may_exist(path):  # (first: most are absent, and resolving one costs more)
+            continue
         real = PurePosixPath(os.path.realpath(path))
-        if _may_exist(path) and (_under(real, str(src)) or _under(src, str(real))):
+        if _under(real, str(src)) or _under(src, str(real)):
             return (f"{source} would expose {path} (credentials or agentcage's own state); "
                     "mount a project directory that does not contain it")
     return None
