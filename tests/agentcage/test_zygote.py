@@ -357,3 +357,26 @@ def test_stop_kills_the_recorded_gateway_only_while_it_is_that_process(tmp_path)
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.netns
+def test_a_forked_gateway_arms_with_nothing_left_to_import(home, net):  # noqa: F811
+    """What a gateway reads as it arms its inspectors is the zygote's already (its modules, the
+    built-in patterns, the public suffix list a secret's injection rule is checked against):
+    none of it is loaded again in each cage's gateway, as its start waits on it."""
+    project = make_project(home / "work" / "arms")
+    config = home / "arms.yaml"
+    config.write_text(cage_yaml(net, "arms", ["api.example.test"], extra=(
+        "secret_injection:\n  - env: API_TOKEN\n    inject_to: [api.example.test]\n")))
+    r = _cli(home, "cage", "create", "-c", str(config), "--project", str(project))
+    assert r.returncode == 0, r.stderr
+    settings = home / "home" / "cages" / "arms" / "gateway.json"
+    program = ("import sys; from agentcage.gateway import zygote; zygote.preload(); "
+               "from agentcage.gateway.main import arm; "
+               "from agentcage.gateway.settings import GatewaySettings; "
+               "s = GatewaySettings.load(sys.argv[1]); assert s.secret_injection; "
+               "before = set(sys.modules); arm(s); print(sorted(set(sys.modules) - before))")
+    armed = subprocess.run([sys.executable, "-c", program, str(settings)],
+                           env=gateway_environment(), capture_output=True, text=True,
+                           timeout=90)
+    assert armed.stdout == "[]\n", armed.stdout + armed.stderr

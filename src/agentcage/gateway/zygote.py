@@ -123,6 +123,12 @@ def preload() -> None:
     # Every gateway compiles the built-in secret patterns (package data, nothing of a cage's):
     # once here, their modules are loaded and their expressions in the `re` module's cache.
     load_patterns()
+    # The public suffix list (package data too), which a gateway reads when it meets its first
+    # wildcard domain (a secret's injection rule as it arms, the watcher's first name): read
+    # here once, ≈ 35 ms of every such gateway's start.
+    from agentcage.domains import is_public_suffix
+
+    is_public_suffix("example.com")
 
 
 def code_files() -> dict[str, tuple[int, int, int]]:
