@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -35,6 +36,32 @@ class World:
 
     def __getattr__(self, name: str):
         return getattr(self.internet, name)
+
+
+RESIDENTS = (b"agentcage.backends.commandserver", b"agentcage.backends.execserver",
+             b"agentcage.gateway.zygote")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def residents_end_with_the_session(tmp_path_factory) -> Iterator[None]:
+    """The resident servers and zygotes that a test's state root under this session's
+    temporary directory (`tmp_path`) started end with the session, not after their idle time
+    (a test of its own `home` stops them itself; these state roots stay behind for a while)."""
+    yield
+    import signal
+
+    base = os.fsencode(tmp_path_factory.getbasetemp()) + b"/"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(resident in argv for resident in RESIDENTS) and b"--root" in argv:
+            root = argv[argv.index(b"--root") + 1] if argv.index(b"--root") + 1 < len(argv) \
+                else b""
+            if root.startswith(base):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGTERM)
 
 
 @pytest.fixture(scope="session")
