@@ -335,7 +335,10 @@ def test_ctrl_z_suspends_the_whole_command_and_fg_goes_on(home, net, mode):
     assert bool(session) == (mode == "served")
     screen.type(b"\x1a")  # Ctrl-Z
     screen.wait_for(f"stopped:{128 + signal.SIGTSTP}")
-    for pid in session:  # the server's child stopped with its client
+    for pid in session:  # the server's child stopped with its client (a signal on its way)
+        deadline = time.monotonic() + 10
+        while _state(pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert _state(pid) == "T"
     screen.type(b"\r")  # the shell's `fg`
     for pid in session:
