@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 
 from agentcage import rootless
 from agentcage.errors import AgentcageError, StateError
 
 TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing on this path)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from typing import NoReturn
 
 SHELL = "shell"

@@ -13,17 +13,18 @@ which the caller reports exactly as for a command run in-process. While it waits
 (killed) ends the command. No server, one that fails a check or refuses the client: None, and
 the caller runs the command itself.
 
-Import-light (os, sys, signal and the socket module's C core): a served command loads this and
-its kind's request, nothing else, before it is handed over.
+Import-light (os, sys and the C cores of the signal and socket modules): a served command
+loads this and its kind's request, nothing else, before it is handed over.
 """
 
 from __future__ import annotations
 
-# _socket: the socket module's C core, what `socket` wraps, without its ≈ 3.6 ms of imports
-# (selectors, the enum tables of every constant): a tenth of what a served `exec` may cost
+# The C cores of the signal and socket modules, what `signal` and `socket` wrap, without the
+# wrappers' imports (enum tables of every constant, selectors: ≈ 5 ms, a fifth of what a
+# served `exec` may cost); the calls and numbers are the same
+import _signal as signal
 import _socket
 import os
-import signal
 import sys
 
 from agentcage import residents
@@ -186,9 +187,9 @@ def _outcome(sock: _socket.socket, place: Place, group: int) -> int:
         _signal_group(group, signal.SIGCONT)
 
     for signum in CONTROL:
-        if signal.getsignal(signum) is not signal.SIG_IGN:  # nohup's choice stays
+        if signal.getsignal(signum) != signal.SIG_IGN:  # nohup's choice stays
             signal.signal(signum, pass_on)
-    if signal.getsignal(signal.SIGTSTP) is not signal.SIG_IGN:
+    if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
         signal.signal(signal.SIGTSTP, suspend)
     while True:
         try:

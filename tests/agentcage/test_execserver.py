@@ -40,12 +40,22 @@ def _exec(root: Path, *command: str, env: dict[str, str] | None = None, timing: 
                           cwd=root, stdin=stdin, **kw)
 
 
+def _imported(stderr: str) -> set[str]:
+    """The modules `python -X importtime` reported loading."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines()
+            if line.startswith("import time:") and "|" in line}
+
+
 def _served(stderr: str) -> bool:
     """From `python -X importtime`: the client loaded none of the backend (it was served)."""
-    modules = {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines()
-               if line.startswith("import time:") and "|" in line}
+    modules = _imported(stderr)
     assert "agentcage.execclient" in modules  # the control: the list is real
     return "agentcage.backends.workload" not in modules
+
+
+# What a served exec's client does without: the standard library's Python wrappers whose imports
+# would be most of what it costs beyond the interpreter's start (the C cores serve it)
+WRAPPERS = {"signal", "socket", "enum", "collections", "functools", "selectors", "typing", "re"}
 
 
 def _without_timing(stderr: str) -> str:
@@ -79,6 +89,8 @@ def test_a_served_exec_gives_what_an_in_process_one_gives(home, net):  # noqa: F
     served = _exec(home, "srv", "--", "sh", "-c", WHO, timing=True)
     alone = _exec(home, "srv", "--", "sh", "-c", WHO, env=off, timing=True)
     assert _served(served.stderr) and not _served(alone.stderr)
+    assert not WRAPPERS & _imported(served.stderr)
+    assert WRAPPERS & _imported(alone.stderr)  # the control: in-process, the backend needs them
     assert served.returncode == alone.returncode == 0
     assert served.stdout == alone.stdout
     assert "uid=1000(agent)" in served.stdout and "NoNewPrivs:\t1" in served.stdout

@@ -25,7 +25,7 @@ def test_a_subordinate_range_is_found_by_name_or_uid(tmp_path: Path) -> None:
 
 
 def test_this_process_is_not_in_a_rootless_namespace() -> None:
-    rootless.active.cache_clear()
+    rootless.forget_mode()
     assert rootless.active() is False  # the tests run in the initial user namespace
     assert rootless.host_uid() == os.getuid()
     assert rootless.drop_groups() == ["--clear-groups"]

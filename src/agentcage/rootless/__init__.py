@@ -23,7 +23,6 @@ namespace inside that); resource limits need a cgroup the user may write (see cg
 
 from __future__ import annotations
 
-import functools
 import os
 
 INIT_UID_MAP = ("0", "0", "4294967295")  # /proc/self/uid_map of the initial user namespace
@@ -35,15 +34,26 @@ HOST_PORTS = "host-ports.sock"  # where gateways get listeners on the host's loo
 SLIRP_DNS = "10.0.2.3"
 
 
-@functools.cache
 def active() -> bool:
     """Whether this process runs in a user namespace (a rootless cage's, once `enter`ed): its
-    "root" is then an ordinary user of the host."""
+    "root" is then an ordinary user of the host. Read once (`forget_mode` after entering
+    one); cached by hand, as functools would cost every `exec` its import."""
+    if _mode:
+        return _mode[0]
     try:
         first = _read("/proc/self/uid_map").split("\n", 1)[0].split()
     except OSError:
-        return False
-    return tuple(first) != INIT_UID_MAP
+        first = list(INIT_UID_MAP)
+    _mode.append(tuple(first) != INIT_UID_MAP)
+    return _mode[0]
+
+
+_mode: list[bool] = []  # what `active` found, once it looked
+
+
+def forget_mode() -> None:
+    """After this process entered (or left) a user namespace: `active` looks again."""
+    _mode.clear()
 
 
 def host_uid() -> int:
@@ -106,4 +116,4 @@ def join_for(args: list[str]) -> None:
     with locked_dir(directory):
         found = holder.ensure(directory)
     holder.enter(found)
-    active.cache_clear()
+    forget_mode()
