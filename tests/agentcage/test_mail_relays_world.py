@@ -415,3 +415,54 @@ def test_a_quarantined_cage_sends_no_mail_until_the_operator_releases_it(watched
     assert operator(watched, "watcher", "release", watched.name).returncode == 0
     [after] = mail(watched, [{"smtp": 465, "message": body}])  # released: it goes again
     assert after["sent"], after
+
+
+@pytest.fixture
+def budgeted(world):
+    """A cage whose watcher has a small information budget, quarantining at its first
+    finding."""
+    extra = EXTRA + ("watcher: {escalate_after: 1, quarantine_seconds: 3600, "
+                     "budgets: {information_bytes: 8192}}\n")
+    gen = start_cage(world, "mailbudget", ["api.example.test"], extra=extra)
+    handle = next(gen)
+    try:
+        assert handle.service.secret_set(handle.name, ENV, VALUE.encode())["applied"]
+        yield handle
+    finally:
+        gen.close()
+
+
+def test_what_the_relays_carry_counts_in_the_watchers_budgets(budgeted, world):
+    from tests.agentcage.test_watcher_world import operator, wait_for
+
+    def findings() -> list[dict]:
+        r = operator(budgeted, "watcher", "findings", budgeted.name, "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["findings"]
+
+    # the control: an ordinary mail is no finding
+    note = "Subject: notes\r\n\r\nthe build passed\r\n"
+    [ordinary] = mail(budgeted, [{"smtp": 465, "message": note}])
+    assert ordinary["sent"], ordinary
+    assert findings() == []
+    # random material mailed out in short hex words (each too short for the entropy
+    # inspector), ≈ 3.5 KiB of information a message: the third crosses 8 KiB of
+    # information sent to the mail host
+    sent_before = len([r for r in world.mail_records() if r["event"] == "message"])
+    drip = [{"smtp": 465, "message": "Subject: data\r\n\r\n" + "\r\n".join(
+        " ".join(os.urandom(12).hex() for _ in range(8)) for _ in range(30)) + "\r\n"}
+        for _ in range(4)]
+    spec = json.dumps({"host": MAIL, "user": USER, "password_env": ENV, "steps": drip})
+    r = budgeted.service.exec_capture(budgeted.name, ["python3", "-c", CLIENT, spec],
+                                      timeout=180)
+    assert VALUE not in r.stdout + r.stderr
+    assert wait_for(findings, 10), (r.stdout, r.stderr, relay_records(budgeted)[-3:])
+    [finding] = findings()
+    assert (finding["budget"], finding["host"]) == ("information", MAIL), finding
+    # the message that crossed it started the quarantine, and was refused with it
+    through = len([r for r in world.mail_records() if r["event"] == "message"]) - sent_before
+    assert 1 <= through < len(drip), r.stdout
+    refused = [rec for rec in relay_records(budgeted)
+               if rec["decision"] == "blocked" and rec.get("by") == "watcher"]
+    assert refused, relay_records(budgeted)
+    assert "QUARANTINED" in operator(budgeted, "watcher", "status", budgeted.name).stdout

@@ -242,15 +242,17 @@ def _rereader(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAddr
 
 
 def _mail_relays(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamAddressRule,
-                 armour, policy, audit) -> MailRelays:
+                 armour, policy, audit, watcher: Watcher | None) -> MailRelays:
     """The mail relays of cage.yaml's `relays`: their own connector (to their hosts on their
-    ports alone, every address checked as the proxy's are), the cage CA's certificates."""
+    ports alone, every address checked as the proxy's are), the cage CA's certificates, and
+    the watcher's budgets, which count what they carry as they count requests."""
     connector = UpstreamConnector(UpstreamResolver(settings.dns_servers, uplink), addresses,
                                   relay_gate(settings.relays), settings.connect_timeout_seconds)
     tls = RelayTls(Path(settings.confdir), (relay.host for relay in settings.relays),
                    settings.upstream_ca_path)
     return MailRelays(settings.relays, settings.gateway_address, connector, tls, armour, policy,
-                      audit, settings.max_request_body)
+                      audit, settings.max_request_body,
+                      None if watcher is None else watcher.relayed)
 
 
 async def serve(settings: GatewaySettings, uplink: Uplink,
@@ -348,7 +350,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink,
     relays = None
     if settings.relays:  # the mail relays (relays/): listening before the gateway is ready
         relays = _mail_relays(settings, uplink, addresses, lambda: addon.armour, live.current,
-                              audit_log.write)
+                              audit_log.write, watcher)
         try:
             await relays.start()
         except BaseException as e:

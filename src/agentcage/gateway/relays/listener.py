@@ -27,6 +27,7 @@ from agentcage.gateway.relays.wire import (
     Limits,
     Refused,
     RelayError,
+    Watch,
     shut,
 )
 from agentcage.gateway.upstream import UpstreamConnector
@@ -50,9 +51,10 @@ class MailRelays:
     def __init__(self, relays: Sequence[RelaySettings], address: str,
                  connector: UpstreamConnector, tls: RelayTls, armour: Callable[[], Armour],
                  policy: Callable[[], Policy], audit: Callable[[AuditRecord], None],
-                 message_bytes: int):
+                 message_bytes: int, watch: Watch | None = None):
         self.relays, self.address, self.connector, self.tls = tuple(relays), address, connector, tls
         self.armour, self.policy, self.audit = armour, policy, audit
+        self.watch = watch  # the watcher's budgets, when it is on
         self.message_bytes = message_bytes
         self.servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task] = set()
@@ -103,7 +105,7 @@ class MailRelays:
             else:
                 await smtp.upstream_starttls(server, host, self.tls.upstream, limits)
             conv = Conversation(hosts[host], port, kind, cage, server, self.armour, self.policy,
-                                self.audit, peer, limits)
+                                self.audit, peer, limits, self.watch)
             if kind.protocol == "imap":
                 await imap.relay(conv)
             else:

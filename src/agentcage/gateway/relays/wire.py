@@ -26,6 +26,11 @@ from agentcage.secrets.swap import without_placeholders
 LINE_LIMIT = 64 * 1024  # a command or reply line; a longer one ends the connection
 
 
+# The watcher's ear (Watcher.relayed): told of what the cage sends a mail server (host, port,
+# the command, its bytes); why it must not go, or None
+Watch = Callable[[str, int, str, bytes], str | None]
+
+
 class RelayError(Exception):
     """The relay cannot go on: both ends are closed and the reason audited (blocked)."""
 
@@ -213,10 +218,12 @@ class Conversation:
 
     def __init__(self, relay: RelaySettings, port: int, kind: PortKind, cage: End, server: End,
                  armour: Callable[[], Armour], policy: Callable[[], Policy],
-                 audit: Callable[[AuditRecord], None], peer: str, limits: Limits):
+                 audit: Callable[[AuditRecord], None], peer: str, limits: Limits,
+                 watch: Watch | None = None):
         self.relay, self.port, self.kind = relay, port, kind
         self.cage, self.server = cage, server
         self._armour, self._policy, self._audit = armour, policy, audit
+        self._watch = watch
         self.peer, self.limits = peer, limits
         self.commands: Counter[str] = Counter()
         self.messages = 0
@@ -243,7 +250,9 @@ class Conversation:
     def judge(self, method: str, data: bytes) -> tuple[dict[str, str], ...]:
         """The inspectors' decisions on `data`, which the cage sends the server (a command, a
         message): their body phase, as on an HTTP body toward this host. Refused on a block,
-        and while the cage's policy refuses everything (see `shut`)."""
+        and while the cage's policy refuses everything (see `shut`). Then the watcher's
+        budgets are told of it (what a mail carries counts as a request's body does), and it
+        is refused if what they found narrowed the cage so far (a quarantine begun)."""
         why = shut(self._policy())
         if why is not None:
             raise Refused(f"{method}: {why}", "policy")
@@ -255,6 +264,10 @@ class Conversation:
         block = first_block(decisions)
         if block is not None:
             raise Refused(f"{method}: {block.reason}", block.inspector, records)
+        if self._watch is not None:  # counted by the watcher's budgets as a request is
+            why = self._watch(self.host, self.port, method, data)
+            if why is not None:
+                raise Refused(f"{method}: {why}", "watcher", records)
         return records
 
     def login(self, method: str, decoded: bytes) -> bytes:

@@ -145,6 +145,13 @@ class Watcher:
                 return f"the watcher revoked grant {s.grant}: it carried too much"
         return self.refusal(s.host)
 
+    def relayed(self, host: str, port: int, command: str, data: bytes) -> str | None:
+        """What the cage sends a mail server through a relay (a command, a message), told as
+        a request of its own to `host`: a mail is as good a way out as a POST. Why it must not
+        go, as `sent` says."""
+        return self.sent(Sent(host, port, command, "", (), data, self._clock(),
+                              self.is_model_host(host)))
+
     def received(self, host: str, body: bytes) -> None:
         """A response of `host` (what the cage may echo back to it without sending anything)."""
         if self.is_model_host(host) or not body:
