@@ -365,3 +365,31 @@ def test_expect_100_continue_dropped_only_for_bodies_of_unknown_length(h):
     sized.request.headers["Content-Length"] = "5000"
     h.addon.requestheaders(sized)
     assert sized.response is None and sized.request.headers["expect"] == "100-continue"
+
+
+def test_a_binary_answer_teaches_the_watcher_no_echo_and_a_textual_one_does():
+    from agentcage.gateway.watcher.settings import WatcherSettings
+    from agentcage.gateway.watcher.watch import Watcher
+    from agentcage.inspect.patterns import load_patterns
+
+    token = b"c2hhNTEyLWFiY2RlZmdoaWprbG1ub3A"  # an integrity hash, say
+    with taddons.context():
+        watcher = Watcher(WatcherSettings(), lambda r: None, load_patterns())
+        addon = CageAddon(policy=lambda: POLICY, audit=lambda r: None, chain=build_chain(),
+                          tcp_ports=(80, 443), limiter=HostRateLimiter(1000.0, 1000),
+                          watcher=watcher)
+        for ctype, learned in (("application/octet-stream", False), ("image/png", False),
+                               ("application/vnd.npm.install-v1+json", True), ("", True)):
+            host = f"h{len(ctype)}.allowed.example.test"
+            f = flow(sni=host, header=host)
+            addon.requestheaders(f)
+            addon.request(f)
+            assert f.response is None
+            f.response = tutils.tresp(content=b'{"integrity": "' + token + b'"}')
+            if ctype:
+                f.response.headers["content-type"] = ctype
+            addon.responseheaders(f)
+            addon.response(f)
+            watcher.settle()
+            echoes = watcher.information._streams.get(host).echoes
+            assert (hash(token) in echoes) is learned, ctype

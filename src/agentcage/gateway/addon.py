@@ -74,6 +74,14 @@ __all__ = ["Armour", "CageAddon", "split_host_header"]
 
 ASKABLE = ("connect", "domain")  # refusals of a name, which the policy API may grant
 ECHO_RESPONSE_MAX = 4 * 1024 * 1024  # a larger buffered response is not told to the watcher
+# Media types whose bodies are not read for echoes (a tarball, an image): nothing the cage
+# sends back as a token comes from one, and scanning them was most of what the watcher cost
+# a package install. Not learning echoes only ever counts more as information sent.
+BINARY_MEDIA = ("image/", "audio/", "video/", "font/", "application/octet-stream",
+                "application/gzip", "application/x-gzip", "application/zip",
+                "application/x-tar", "application/x-bzip2", "application/x-xz",
+                "application/zstd", "application/wasm", "application/pdf",
+                "application/java-archive", "application/vnd.debian.binary-package")
 
 def _guarded(stage: str):
     """Wrap a flow hook: an unexpected exception blocks the flow and is audited (fail closed)."""
@@ -243,6 +251,8 @@ class CageAddon:
         assert self.watcher is not None
         resp = flow.response
         if resp is None or not resp.raw_content or len(resp.raw_content) > ECHO_RESPONSE_MAX:
+            return
+        if resp.headers.get("content-type", "").strip().lower().startswith(BINARY_MEDIA):
             return
         try:
             body = resp.get_content(strict=True) or b""
