@@ -380,18 +380,23 @@ def test_zz_after_a_rotation_the_old_placeholder_logs_in_nowhere_and_the_new_one
     assert fresh_login["password"] == VALUE and fresh_login["ok"]
 
 
-@pytest.fixture
-def watched(world):
-    """A cage whose watcher quarantines it at its first finding."""
-    extra = EXTRA + ("policy_api:\n  grantable: [key.example.test]\n"
-                     "watcher: {escalate_after: 1, quarantine_seconds: 3600}\n")
-    gen = start_cage(world, "mailwatch", ["api.example.test"], extra=extra)
+def _relaying_cage(world, name: str, extra: str):
+    """A cage with the relays and `extra` cage.yaml, the relay's secret stored."""
+    gen = start_cage(world, name, ["api.example.test"], extra=EXTRA + extra)
     handle = next(gen)
     try:
         assert handle.service.secret_set(handle.name, ENV, VALUE.encode())["applied"]
         yield handle
     finally:
         gen.close()
+
+
+@pytest.fixture
+def watched(world):
+    """A cage whose watcher quarantines it at its first finding."""
+    yield from _relaying_cage(world, "mailwatch", (
+        "policy_api:\n  grantable: [key.example.test]\n"
+        "watcher: {escalate_after: 1, quarantine_seconds: 3600}\n"))
 
 
 def test_a_quarantined_cage_sends_no_mail_until_the_operator_releases_it(watched, world):
@@ -421,15 +426,9 @@ def test_a_quarantined_cage_sends_no_mail_until_the_operator_releases_it(watched
 def budgeted(world):
     """A cage whose watcher has a small information budget, quarantining at its first
     finding."""
-    extra = EXTRA + ("watcher: {escalate_after: 1, quarantine_seconds: 3600, "
-                     "budgets: {information_bytes: 8192}}\n")
-    gen = start_cage(world, "mailbudget", ["api.example.test"], extra=extra)
-    handle = next(gen)
-    try:
-        assert handle.service.secret_set(handle.name, ENV, VALUE.encode())["applied"]
-        yield handle
-    finally:
-        gen.close()
+    yield from _relaying_cage(world, "mailbudget", (
+        "watcher: {escalate_after: 1, quarantine_seconds: 3600, "
+        "budgets: {information_bytes: 8192}}\n"))
 
 
 def test_what_the_relays_carry_counts_in_the_watchers_budgets(budgeted, world):
