@@ -10,11 +10,16 @@ running. Small and import-free: the lean exec path (lean.py) uses it too.
 
 from __future__ import annotations
 
-# _signal: the signal module's C core, what `signal` wraps in enums whose import is a tenth
-# of what a served `exec` costs (the handlers and numbers are the same)
-import _signal as signal
 import os
 import stat
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing on this path)
+if TYPE_CHECKING:  # checked against `signal`, whose functions and numbers these are
+    import signal
+else:
+    # _signal: the signal module's C core, what `signal` wraps in enums whose import is a
+    # tenth of what a served `exec` costs (the handlers and numbers are the same)
+    import _signal as signal
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143

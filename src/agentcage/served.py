@@ -19,10 +19,9 @@ loads this and its kind's request, nothing else, before it is handed over.
 
 from __future__ import annotations
 
-# The C cores of the signal and socket modules, what `signal` and `socket` wrap, without the
-# wrappers' imports (enum tables of every constant, selectors: ≈ 5 ms, a fifth of what a
-# served `exec` may cost); the calls and numbers are the same
-import _signal as signal
+# The C cores of the socket and signal modules (below), what `socket` and `signal` wrap,
+# without the wrappers' imports (enum tables of every constant, selectors: ≈ 5 ms, a fifth of
+# what a served `exec` may cost); the calls and numbers are the same
 import _socket
 import os
 import sys
@@ -30,6 +29,12 @@ import sys
 from agentcage import residents
 from agentcage.errors import AgentcageError
 from agentcage.interrupts import HungUp, LeftSession, Terminated
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing on this path)
+if TYPE_CHECKING:  # checked against `signal` (no stubs exist for its C core)
+    import signal
+else:
+    import _signal as signal
 
 OFF = ("off", "0", "no", "false")  # a switch's values that turn serving off
 MAX_MESSAGE = 1 << 16  # a larger request (a very long command line) runs in-process
