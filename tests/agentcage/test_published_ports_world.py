@@ -98,8 +98,15 @@ def test_a_published_port_reaches_the_service_from_the_hosts_loopback_only(host,
     assert r.returncode == 0, r.stderr
     try:
         assert wait_served(host, "svc", f"http://127.0.0.1:{PORT}/README") == "hello\n"
-        records = [rec for rec in audit(host, "svc") if rec["direction"] == "published"]
-        closed = [rec for rec in records if rec["reason"] == "closed"]
+        # the connection's end is audited once the gateway has seen both sides close, which
+        # may come just after curl has its answer
+        deadline = time.monotonic() + 10
+        while True:
+            records = [rec for rec in audit(host, "svc") if rec["direction"] == "published"]
+            closed = [rec for rec in records if rec["reason"] == "closed"]
+            if closed or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert closed and all(rec["decision"] == "allowed" and rec["port"] == PORT
                               for rec in closed), records
         assert closed[-1]["cage_port"] == PORT
