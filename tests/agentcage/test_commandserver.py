@@ -16,7 +16,6 @@ import secrets
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from tests.agentcage.test_cli import (  # noqa: F401
     run_args,
     stop_zygotes,
 )
+from tests.agentcage.test_execserver import server_pid
 
 pytestmark = pytest.mark.netns
 
@@ -72,19 +72,7 @@ def _cli(root: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | 
 
 def _server_up(root: Path, env: dict[str, str] | None = None) -> int:
     """The pid of the command server of `root`'s state (as this process finds it), once up."""
-    place = commandclient.Place(str(root / "home"))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            sock = commandclient.served.connect(place)
-        except commandclient.served.Absent:
-            time.sleep(0.05)
-            continue
-        assert sock is not None, "a server is there that the client does not trust"
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-        sock.close()
-        return int.from_bytes(creds[:4], sys.byteorder)
-    raise AssertionError("no command server came up")
+    return server_pid(commandclient.Place(str(root / "home")))
 
 
 def _started(root: Path) -> int:

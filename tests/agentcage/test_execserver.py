@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcage import execclient
+from agentcage import execclient, served
 from tests.agentcage.test_cli import AGENTCAGE, create_cage, home  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.netns
@@ -63,20 +63,25 @@ def _without_timing(stderr: str) -> str:
                    if not line.startswith("import time:"))
 
 
-def _server_up(root: Path) -> int:
-    place = execclient.Place(str(root / "home"))
+def server_pid(place: served.Place) -> int:
+    """The pid of the resident server of `place` (an exec or command server), once it is up
+    and proven as its clients prove it."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            sock = execclient.connect(place)
-        except execclient.Absent:
+            sock = served.connect(place)
+        except served.Absent:
             time.sleep(0.05)
             continue
         assert sock is not None, "a server is there that the client does not trust"
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
         sock.close()
         return int.from_bytes(creds[:4], sys.byteorder)
-    raise AssertionError("no exec server came up")
+    raise AssertionError(f"no {place.WHAT} came up")
+
+
+def _server_up(root: Path) -> int:
+    return server_pid(execclient.Place(str(root / "home")))
 
 
 def test_a_served_exec_gives_what_an_in_process_one_gives(home, net):  # noqa: F811

@@ -46,18 +46,12 @@ import select
 import signal
 import socket
 import sys
-import time
 from collections.abc import Callable
 from typing import NoReturn, Protocol
 
 from agentcage import served
 from agentcage.errors import AgentcageError
-from agentcage.gateway.zygote import (
-    changed_code,
-    code_files,
-    other_threads,
-    unexpected_descriptors,
-)
+from agentcage.gateway.zygote import accept_until, code_files, stale, still_ours
 from agentcage.home import HOME_ENV
 
 IDLE_SECONDS = 15 * 60
@@ -193,27 +187,16 @@ class Server[R]:
 
     def serve(self) -> int:
         assert self.listener is not None
-        last = time.monotonic()
-        while not self.stopping:
-            ready, _, _ = select.select([self.listener], [], [], TICK)
-            if ready:
-                conn, _ = self.listener.accept()
-                last = time.monotonic()
-                with conn:
-                    self.handle(conn)
-            elif not self.still_ours():
-                self.say("its socket is gone; exiting")
-                return 0
-            elif time.monotonic() - last > self.idle:
-                break
+        ended = accept_until(self.listener, self.handle, lambda: self.stopping,
+                             lambda: not self.still_ours(), lambda: self.idle)
+        if ended == "gone":
+            self.say("its socket is gone; exiting")
+            return 0
         self.release()
         return 0
 
     def still_ours(self) -> bool:
-        try:
-            return os.lstat(self.place.socket).st_ino == self.inode
-        except OSError:
-            return False
+        return still_ours(self.place.socket, self.inode)
 
     def release(self) -> None:
         if self.still_ours():
@@ -222,12 +205,8 @@ class Server[R]:
     def unfit(self, conn: socket.socket, fds: list[int]) -> str | None:
         """Why this process may not fork a session now (None: it may)."""
         assert self.listener is not None
-        return (other_threads()
-                or unexpected_descriptors({0, 1, 2, self.lock_fd, self.listener.fileno(),
-                                           conn.fileno(), *fds})
-                or ("its interpreter was replaced on disk"
-                    if os.readlink("/proc/self/exe") != self.exe else None)
-                or changed_code(self.code))
+        return stale({0, 1, 2, self.lock_fd, self.listener.fileno(), conn.fileno(), *fds},
+                     self.exe, self.code)
 
     def handle(self, conn: socket.socket) -> None:
         conn.settimeout(REQUEST_TIMEOUT)

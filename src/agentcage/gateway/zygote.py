@@ -40,6 +40,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -171,6 +172,46 @@ def unexpected_descriptors(expected: set[int]) -> str | None:
     return f"unexpected open descriptors {sorted(held - expected)}"
 
 
+def stale(expected_fds: set[int], exe: str, code: dict[str, tuple[int, int, int]]) -> str | None:
+    """Why a resident process (this zygote, an exec or command server) may not fork what it
+    serves now (None: it may): another thread, a descriptor it does not expect, its
+    interpreter (`exe`, as it started) or its code (`code_files`) replaced on disk."""
+    return (other_threads()
+            or unexpected_descriptors(expected_fds)
+            or ("its interpreter was replaced on disk"
+                if os.readlink("/proc/self/exe") != exe else None)
+            or changed_code(code))
+
+
+def still_ours(path: str | Path, inode: int) -> bool:
+    """Whether the socket file at `path` is still the one a resident bound (its `inode`)."""
+    try:
+        return os.lstat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+def accept_until(listener: socket.socket, handle: Callable[[socket.socket], None],
+                 stopping: Callable[[], bool], gone: Callable[[], bool],
+                 idle_seconds: Callable[[], float]) -> str:
+    """Take the connections on `listener` one at a time (`handle` each) until `stopping()`,
+    its socket `gone()` or no connection came for `idle_seconds()`; which of those ended
+    it ("stopped", "gone", "idle")."""
+    last = time.monotonic()
+    while not stopping():
+        ready, _, _ = select.select([listener], [], [], TICK)
+        if ready:
+            conn, _ = listener.accept()
+            last = time.monotonic()
+            with conn:
+                handle(conn)
+        elif gone():
+            return "gone"
+        elif time.monotonic() - last > idle_seconds():
+            return "idle"
+    return "stopped"
+
+
 def changed_code(code: dict[str, tuple[int, int, int]]) -> str | None:
     """Which file of the code loaded at start changed on disk since (an upgrade, an edit)."""
     for path, ident in code.items():
@@ -233,30 +274,20 @@ class Zygote:
                          os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         print(f"agentcage-zygote {self.key}: ready, pid {os.getpid()}, "
               f"{len(self.code)} code files", file=sys.stderr, flush=True)
-        last = time.monotonic()
-        while not self.stopping:
-            ready, _, _ = select.select([self.listener], [], [], TICK)
-            if ready:
-                conn, _ = self.listener.accept()
-                last = time.monotonic()
-                with conn:
-                    self.handle(conn)
-            elif not self.still_ours():
-                print(f"agentcage-zygote {self.key}: its socket is gone; exiting",
-                      file=sys.stderr, flush=True)
-                return 0
-            elif time.monotonic() - last > (self.idle if self.forks else
-                                             min(self.idle, FIRST_IDLE_SECONDS)):
-                print(f"agentcage-zygote {self.key}: idle; exiting", file=sys.stderr, flush=True)
-                break
+        ended = accept_until(
+            self.listener, self.handle, lambda: self.stopping, lambda: not self.still_ours(),
+            lambda: self.idle if self.forks else min(self.idle, FIRST_IDLE_SECONDS))
+        if ended == "gone":
+            print(f"agentcage-zygote {self.key}: its socket is gone; exiting",
+                  file=sys.stderr, flush=True)
+            return 0
+        if ended == "idle":
+            print(f"agentcage-zygote {self.key}: idle; exiting", file=sys.stderr, flush=True)
         self.release()
         return 0
 
     def still_ours(self) -> bool:
-        try:
-            return os.lstat(self.path).st_ino == self.inode
-        except OSError:
-            return False
+        return still_ours(self.path, self.inode)
 
     def release(self) -> None:
         if self.still_ours():
@@ -300,12 +331,8 @@ class Zygote:
     def unfit(self, conn: socket.socket, log_fd: int) -> str | None:
         """Why this process may not fork a gateway now (None: it may)."""
         assert self.listener is not None
-        return (other_threads()
-                or unexpected_descriptors({0, 1, 2, self.lock_fd, self.listener.fileno(),
-                                           conn.fileno(), log_fd})
-                or ("its interpreter was replaced on disk"
-                    if os.readlink("/proc/self/exe") != self.exe else None)
-                or changed_code(self.code))
+        return stale({0, 1, 2, self.lock_fd, self.listener.fileno(), conn.fileno(), log_fd},
+                     self.exe, self.code)
 
     def fork(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
         settings, wait = request.get("settings"), request.get("wait", 0.0)

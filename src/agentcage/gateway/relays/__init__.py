@@ -1,5 +1,5 @@
 """The mail relays: IMAP and SMTP from the cage to the mail hosts cage.yaml's `relays` names,
-through the gateway, as the seed's "protocol relays".
+through the gateway, which speaks each protocol on the cage's behalf.
 
 The cage's resolver answers a relay's host with the gateway's address, and the gateway's
 firewall lets the cage reach the gateway on the relay ports (993 IMAPS, 465 SMTPS, 587
