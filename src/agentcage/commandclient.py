@@ -9,16 +9,20 @@ descriptor), its standard input, output and error and its controlling terminal (
 and waits: the server's child runs the command through the very code that runs it in-process,
 and the client exits with its status.
 
-Import-light (os, sys, signal and the socket module's C core).
+Import-light (os, sys and the C cores of the signal and socket modules): what `exec` loads
+(execclient.py), and this module.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
 from agentcage import served
 from agentcage.execclient import ENV as EXEC_ENV
+
+TYPE_CHECKING = False  # (typing.TYPE_CHECKING, without importing typing on this path)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 ENV = "AGENTCAGE_COMMAND_SERVER"  # "off": these commands in-process (AGENTCAGE_EXEC_SERVER too)
 
