@@ -17,7 +17,7 @@ import os
 from agentcage import served
 from agentcage.served import Absent, connect
 
-__all__ = ["ENV", "Absent", "Place", "connect", "request", "run", "start", "stop", "usable"]
+__all__ = ["ENV", "Absent", "Place", "connect", "request", "run", "start", "stop"]
 
 ENV = "AGENTCAGE_EXEC_SERVER"  # "off": every exec, shell and served command in-process
 
@@ -30,11 +30,6 @@ class Place(served.Place):
     MODULE = "agentcage.backends.execserver"
     VERSION = b"agentcage-exec/1"
     SWITCHES = (ENV,)
-
-
-def usable(place: Place) -> bool:
-    """Whether commands may go through an exec server here at all."""
-    return place.usable()
 
 
 def request(name: str, command: list[str] | None) -> bytes:

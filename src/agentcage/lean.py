@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import NoReturn
 
+    from agentcage.served import Place
+
 SHELL = "shell"
 
 
@@ -82,25 +84,30 @@ def execute(name: str, command: list[str] | None) -> int:
     from agentcage.home import state_directory
 
     place = execclient.Place(state_directory())
-    if execclient.usable(place):
-        try:
-            served = execclient.run(place, name, command)
-        except execclient.Absent:
-            served = None
-            start_server(lambda: execclient.start(place))
-        if served is not None:
-            return served
-    return run(name, command)
+    code = through_server(place, lambda: execclient.run(place, name, command),
+                          lambda: execclient.start(place))
+    return run(name, command) if code is None else code
 
 
-def start_server(start: Callable[[], None]) -> None:
-    """Start a server for the next commands, before this one runs in-process (see
-    served.start). Best effort: this command runs all the same."""
-    import contextlib
-    import subprocess
+def through_server(place: Place, ask: Callable[[], int | None],
+                   start: Callable[[], None]) -> int | None:
+    """The exit status of a command `ask` had the resident server of `place` run (its error
+    or interrupt raised); None when none could take it: the caller runs it in-process, and
+    if there was no server, one is started for the next commands first (see served.start;
+    best effort: this command runs all the same)."""
+    if not place.usable():
+        return None
+    from agentcage.served import Absent
 
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        start()
+    try:
+        return ask()
+    except Absent:
+        import contextlib
+        import subprocess
+
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            start()
+        return None
 
 
 def run(name: str, command: list[str] | None) -> int:
@@ -219,19 +226,13 @@ def command(args: list[str]) -> int:
     when it can take it (commandclient.py), else here with the full CLI, starting a server
     for the next commands when there was none. Its exit status; an error or interrupt that
     stopped a served one outside the CLI's own reporting, raised as in-process."""
-    from agentcage import commandclient, served
+    from agentcage import commandclient
     from agentcage.home import state_directory
 
     place = commandclient.Place(state_directory())
-    if place.usable():
-        try:
-            code = commandclient.run(place, args)
-        except served.Absent:
-            code = None
-            start_server(lambda: commandclient.start(place))
-        if code is not None:
-            return code
-    return full_command(args)
+    code = through_server(place, lambda: commandclient.run(place, args),
+                          lambda: commandclient.start(place))
+    return full_command(args) if code is None else code
 
 
 def full_command(args: list[str], terminal: int | None = None) -> int:
