@@ -51,7 +51,7 @@ from typing import NoReturn, Protocol
 
 from agentcage import served
 from agentcage.errors import AgentcageError
-from agentcage.gateway.zygote import accept_until, code_files, stale, still_ours
+from agentcage.gateway.zygote import accept_until, code_files, run_resident, stale, still_ours
 from agentcage.home import HOME_ENV
 
 IDLE_SECONDS = 15 * 60
@@ -348,16 +348,4 @@ def main[R](service: Service[R], argv: list[str] | None = None) -> int:
     state_root = os.path.dirname(os.path.abspath(args.root))
     place = service.PLACE(state_root, args.key)
     os.environ[HOME_ENV] = state_root  # absolute: the sessions start in /
-    server = Server(place, service, args.idle)
-    if not server.claim():
-        return 0  # another server serves this socket
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # sessions are reaped by the kernel
-
-    def on_term(signum, frame):
-        server.stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return server.serve()
-    finally:
-        server.release()
+    return run_resident(Server(place, service, args.idle))

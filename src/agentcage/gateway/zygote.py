@@ -42,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from agentcage.procfs import start_time
 
@@ -210,6 +210,36 @@ def accept_until(listener: socket.socket, handle: Callable[[socket.socket], None
         elif time.monotonic() - last > idle_seconds():
             return "idle"
     return "stopped"
+
+
+class Resident(Protocol):
+    """A resident process's server: this zygote, an exec or command server (resident.py)."""
+
+    stopping: bool
+
+    def claim(self) -> bool: ...
+
+    def serve(self) -> int: ...
+
+    def release(self) -> None: ...
+
+
+def run_resident(resident: Resident) -> int:
+    """Claim the resident's socket (0 at once if another process has it), then serve until
+    SIGTERM or its own end; the socket is released either way. Its children (a gateway, a
+    session) are reaped by the kernel."""
+    if not resident.claim():
+        return 0
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+    def on_term(signum, frame):
+        resident.stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        return resident.serve()
+    finally:
+        resident.release()
 
 
 def changed_code(code: dict[str, tuple[int, int, int]]) -> str | None:
@@ -418,20 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=IDLE_SECONDS)
     args = parser.parse_args(argv)
     os.chdir("/")
-    zygote = Zygote(args.root, args.key, args.idle)
-    if not zygote.claim():
-        return 0  # another zygote serves this socket
-    # children are reaped by the kernel; SIGTERM ends the loop (the socket is removed)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-
-    def on_term(signum, frame):
-        zygote.stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return zygote.serve()
-    finally:
-        zygote.release()
+    return run_resident(Zygote(args.root, args.key, args.idle))
 
 
 if __name__ == "__main__":
