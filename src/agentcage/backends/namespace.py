@@ -301,17 +301,11 @@ class NamespaceBackend:
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
         namespaces, *links = netplan.setup_batches(plan)
         host.run_batch(namespaces)
-        # Before any link exists: a link brought up in a namespace whose IPv6 is still on sends
-        # the kernel's own link-local IPv6 (router and multicast listener solicitations) before
-        # the setting lands. `default` is what the veth takes, in each namespace it enters.
-        host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
-        host.write_sysctls(plan.gw_ns, sysctls())
-        atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files), durable=False)
-        # The secret values go to the gateway only, through tmpfs; never into the cage.
         from agentcage.secrets import cage as cage_secrets
 
-        secrets_path = cage_secrets.stage_for_gateway(cage, spec.secrets_backend,
-                                                      spec.allow_plaintext)
+        # staged below, while the firewall loads (the values go to the gateway only, through
+        # tmpfs; never into the cage)
+        secrets_path = cage_secrets.gateway_staging_path(cage)
         settings = GatewaySettings(
             **spec.gateway,  # what cage.yaml decides, in the settings' own names
             cage_name=cage.name,
@@ -342,12 +336,22 @@ class NamespaceBackend:
             published_ports=spec.published_ports,
             cage_address=plan.cage_address,
         )
-        # The firewall is loaded into the gateway's namespace while the links are made (it
-        # names the cage's interface, which need not exist yet); both are in place before
-        # the gateway gets its settings.
+        # The firewall is loaded into the gateway's namespace while the secrets are staged and
+        # the links are made (it names the cage's interface, which need not exist yet); both
+        # are in place before the gateway gets its settings.
         firewall = host.start(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]),
                               input=render_ruleset(settings))
         try:
+            # Before any link exists: a link brought up in a namespace whose IPv6 is still on
+            # sends the kernel's own link-local IPv6 (router and multicast listener
+            # solicitations) before the setting lands. `default` is what the veth takes, in
+            # each namespace it enters.
+            host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
+            host.write_sysctls(plan.gw_ns, sysctls())
+            atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files),
+                         durable=False)
+            # (a secrets backend may take a process of its own per secret: ≈ 5 ms each)
+            cage_secrets.stage_for_gateway(cage, spec.secrets_backend, spec.allow_plaintext)
             for batch in links:
                 host.run_batch(batch)
         except BaseException:
