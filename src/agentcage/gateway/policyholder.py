@@ -66,8 +66,8 @@ class PolicyHolder:
 
         doc = {"stamp": list(stamp) if stamp else None, "ok": error is None, "error": error,
                "ts": time.time()}
-        try:
-            atomic_write(self._ack_path, json.dumps(doc))
+        try:  # not flushed to the disk: it speaks of this process, which a host crash ends
+            atomic_write(self._ack_path, json.dumps(doc), durable=False)
         except OSError as e:  # the policy is in force either way; the CLI will say it waited
             self._audit(AuditRecord("config", "flagged", f"cannot write {self._ack_path}: {e}",
                                     by="policy"))

@@ -44,7 +44,8 @@ def preload() -> None:
 
 
 def build_master(extra_addons: list[object]):
-    """A running-loop Master with the gateway's addons; options are set by the caller."""
+    """A Master with mitmproxy's addons the gateway uses and `extra_addons` (more can be
+    added later: `master.addons.add`), on the running loop; options are set by the caller."""
     from mitmproxy import master, options
 
     from agentcage.gateway import mitmpatch, pacing

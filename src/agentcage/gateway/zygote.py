@@ -409,7 +409,8 @@ class Zygote:
             os.close(log_fd)
             from agentcage.gateway import main
 
-            ca = main.make_ca()  # while the CLI records this process
+            # while the CLI records this process (and builds the network)
+            ca, prepared = main.make_ca(), main.prepare()
             if not adopted(conn):
                 print("agentcage-gateway: the CLI did not record this gateway; exiting",
                       file=sys.stderr)
@@ -421,7 +422,7 @@ class Zygote:
                 from agentcage.gateway import obituary
 
                 obituary.supervise(settings)
-                code = main.run(settings, wait, t0, ca)
+                code = main.run(settings, wait, t0, ca, prepared)
         except SystemExit as e:
             if isinstance(e.code, str):
                 print(e.code, file=sys.stderr)
