@@ -157,6 +157,8 @@ class CageDir:
     gateway_settings = property(lambda self: self.root / "gateway.json")
     gateway_log = property(lambda self: self.root / "gateway.log")
     gateway_ready = property(lambda self: self.root / "gateway.ready")
+    # made by the backend once the cage's network and firewall are complete (gateway/main.py)
+    gateway_network = property(lambda self: self.root / "gateway.network")
     audit = property(lambda self: self.root / "audit.jsonl")
     capture = property(lambda self: self.root / "capture.jsonl")  # + .1, .2... (rotated)
     workload_log = property(lambda self: self.root / "workload.log")

@@ -137,7 +137,8 @@ class Launcher:
 
     def _prepare(self, cage: CageDir) -> None:
         ensure_private_dir(cage.ca_dir)
-        for stale in (cage.gateway_ready, cage.gateway_settings):
+        # a mark left by an earlier start must never let this one's gateway in early
+        for stale in (cage.gateway_ready, cage.gateway_network, cage.gateway_settings):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
 

@@ -113,33 +113,51 @@ def start_batch(batch: tuple[list[str], list[str]]) -> Running:
 
 
 def write_sysctls(ns: str, values: Mapping[str, str]) -> None:
-    """Set kernel settings of the network namespace `ns`, never the caller's: by a thread of
-    our own that joins `ns`, proves it is there, writes /proc/sys/net/... (which the kernel
-    resolves in the namespace of the thread that opens it) and ends, its namespace with it.
-    What `nsenter --net=... sysctl -w` does, without starting two processes per namespace."""
-    failure: list[BaseException] = []
+    """Set kernel settings of the network namespace `ns`, never the caller's (see
+    `start_sysctls`); BackendError if they could not be."""
+    start_sysctls(ns, values).wait()
 
-    def in_namespace() -> None:
+
+class SysctlWrite:
+    """Kernel settings of a network namespace being written (`start_sysctls`)."""
+
+    def __init__(self, ns: str, values: Mapping[str, str]):
+        self.ns, self.values = ns, dict(values)
+        self._failure: BaseException | None = None
+        self._worker = threading.Thread(target=self._in_namespace, name=f"sysctl-{ns}")
+        self._worker.start()
+
+    def _in_namespace(self) -> None:
         try:
-            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(f"/run/netns/{self.ns}", os.O_RDONLY | os.O_CLOEXEC)
             try:
                 target = os.fstat(fd).st_ino
                 os.setns(fd, os.CLONE_NEWNET)
             finally:
                 os.close(fd)
             if os.stat("/proc/thread-self/ns/net").st_ino != target:
-                raise OSError(f"not in namespace {ns} after setns")
-            for key, value in values.items():
+                raise OSError(f"not in namespace {self.ns} after setns")
+            for key, value in self.values.items():
                 with open(f"/proc/sys/{key.replace('.', '/')}", "w") as f:
                     f.write(value)
         except BaseException as e:
-            failure.append(e)
+            self._failure = e
 
-    worker = threading.Thread(target=in_namespace, name=f"sysctl-{ns}")
-    worker.start()
-    worker.join()
-    if failure:
-        raise BackendError(f"cannot set {', '.join(values)} in {ns}: {failure[0]}")
+    def wait(self) -> None:
+        """Once they are written; BackendError if they could not be."""
+        self._worker.join()
+        if self._failure is not None:
+            raise BackendError(f"cannot set {', '.join(self.values)} in {self.ns}: "
+                               f"{self._failure}")
+
+
+def start_sysctls(ns: str, values: Mapping[str, str]) -> SysctlWrite:
+    """Begin setting kernel settings of the network namespace `ns`, never the caller's: by a
+    thread of our own that joins `ns`, proves it is there, writes /proc/sys/net/... (which the
+    kernel resolves in the namespace of the thread that opens it) and ends, its namespace with
+    it. What `nsenter --net=... sysctl -w` does, without starting two processes per namespace;
+    a write can wait on the kernel for milliseconds, which the caller may spend elsewhere."""
+    return SysctlWrite(ns, values)
 
 
 def netns_inode(ns: str) -> int | None:

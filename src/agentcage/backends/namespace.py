@@ -301,11 +301,32 @@ class NamespaceBackend:
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
         namespaces, *links = netplan.setup_batches(plan)
         host.run_batch(namespaces)
+        # Before any link exists (they are waited for before the links are made): a link
+        # brought up in a namespace whose IPv6 is still on sends the kernel's own link-local
+        # IPv6 (router and multicast listener solicitations) before the setting lands.
+        # `default` is what the veth takes, in each namespace it enters.
+        sysctls_written = [host.start_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS),
+                            host.start_sysctls(plan.gw_ns, sysctls())]
+        try:
+            return self._build_network(cage, spec, plan, pending, dns_servers, command,
+                                       limits, cgroup_dirs, links, sysctls_written)
+        finally:
+            for write in sysctls_written:  # (done already, unless something failed)
+                with contextlib.suppress(BackendError):
+                    write.wait()
+
+    def _build_network(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
+                       pending: Pending, dns_servers: tuple[str, ...],
+                       command: tuple[Sequence[str], bool] | None, limits: cgroups.Limits,
+                       cgroup_dirs: tuple[Path, ...], links: list[netplan.Batch],
+                       sysctls_written: list[host.SysctlWrite],
+                       ) -> tuple[dict, workload.Running | None]:
         from agentcage.secrets import cage as cage_secrets
 
-        # staged below, while the firewall loads (the values go to the gateway only, through
-        # tmpfs; never into the cage)
-        secrets_path = cage_secrets.gateway_staging_path(cage)
+        # The values go to the gateway only, through tmpfs; never into the cage.
+        secrets_path = cage_secrets.stage_for_gateway(cage, spec.secrets_backend,
+                                                      spec.allow_plaintext)
+        atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files), durable=False)
         settings = GatewaySettings(
             **spec.gateway,  # what cage.yaml decides, in the settings' own names
             cage_name=cage.name,
@@ -323,6 +344,7 @@ class NamespaceBackend:
             policy_ack_path=str(cage.policy_ack),
             audit_path=str(cage.audit),
             ready_path=str(cage.gateway_ready),
+            network_path=str(cage.gateway_network),
             confdir=str(cage.ca_dir),
             upstream_ca_path=str(cage.upstream_ca),
             tcp_ports=spec.tcp_ports,
@@ -336,46 +358,42 @@ class NamespaceBackend:
             published_ports=spec.published_ports,
             cage_address=plan.cage_address,
         )
-        # The firewall is loaded into the gateway's namespace while the secrets are staged and
-        # the links are made (it names the cage's interface, which need not exist yet); both
-        # are in place before the gateway gets its settings.
+        # The firewall is loaded into the gateway's namespace (it names the cage's interface,
+        # which need not exist yet) while the gateway arms and the links are made. The gateway
+        # gets its settings now and arms in the namespace it started in, where it opens
+        # nothing; it enters its own only once the firewall and the links are in place
+        # (`network_path`, below). Written at every start: not durable.
         firewall = host.start(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]),
                               input=render_ruleset(settings))
-        try:
-            # Before any link exists: a link brought up in a namespace whose IPv6 is still on
-            # sends the kernel's own link-local IPv6 (router and multicast listener
-            # solicitations) before the setting lands. `default` is what the veth takes, in
-            # each namespace it enters.
-            host.write_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS)
-            host.write_sysctls(plan.gw_ns, sysctls())
-            atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files),
-                         durable=False)
-            # (a secrets backend may take a process of its own per secret: ≈ 5 ms each)
-            cage_secrets.stage_for_gateway(cage, spec.secrets_backend, spec.allow_plaintext)
-            for batch in links:
-                host.run_batch(batch)
-        except BaseException:
-            firewall.close()
-            raise
-        firewall.result()
-        # the gateway's go signal (written at every start: not durable)
-        atomic_write(cage.gateway_settings, settings.to_json(), durable=False)
-        proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
-        try:
-            if pending.process is None:
-                write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
-                                          **_identity(proc)})
-            proc.go()  # recorded: a forked gateway may serve (else it exits, doing nothing)
-        finally:
-            proc.close()
         started = None
         try:
+            atomic_write(cage.gateway_settings, settings.to_json(), durable=False)
+            proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
+            try:
+                if pending.process is None:
+                    write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
+                                         **_identity(proc)})
+                proc.go()  # recorded: a forked gateway may arm (else it exits, doing nothing)
+            finally:
+                proc.close()
             if command is not None:  # its sandbox is made meanwhile, its command held
-                self._wait_for(cage, proc, cage.ca_cert.exists)
+                self._wait_for(cage, proc, cage.ca_cert.exists)  # the gateway's first step
                 argv, interactive = command
                 target = workload.Target(cage, plan, self.meta(cage),
                                          tuple(str(d) for d in cgroup_dirs))
                 started = workload.start(target, argv, interactive, capture=False, gated=True)
+            for write in sysctls_written:
+                write.wait()
+            for batch in links:
+                host.run_batch(batch)
+        except BaseException:
+            firewall.close()
+            if started is not None:
+                started.abort()
+            raise
+        try:
+            firewall.result()
+            atomic_write(cage.gateway_network, "", durable=False)  # the gateway may enter it
             self._wait_ready(cage, proc)
             runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
                        "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
@@ -438,8 +456,9 @@ class NamespaceBackend:
             teardown.result(check=False)  # some may be gone already
         else:
             host.run_batch(netplan.teardown_batch(plan), check=False)
-        with contextlib.suppress(FileNotFoundError):
-            cage.gateway_ready.unlink()
+        for mark in (cage.gateway_ready, cage.gateway_network):
+            with contextlib.suppress(FileNotFoundError):
+                mark.unlink()
         cage_secrets.unstage_for_gateway(cage)
         if cage.root.exists():
             write_runtime(cage, {"status": "stopped"})

@@ -57,6 +57,7 @@ from agentcage.reserved import POLICY_API
 # cage.yaml logging.level -> mitmproxy's log level for gateway.log
 LOG_LEVELS = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
 FAULT_ENV = "AGENTCAGE_GATEWAY_FAULT_HOST"  # test hook: requests to this host raise in the addon
+NETWORK_TIMEOUT = 30.0  # for the backend to build the cage's network once the gateway armed
 
 
 def read_counters() -> dict[str, int]:
@@ -265,8 +266,16 @@ def _mail_relays(settings: GatewaySettings, uplink: Uplink, addresses: UpstreamA
 async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
                 timings: dict[str, float] | None = None, since: float | None = None) -> int:
     """Serve until stopped, with `master` (made by `prepare`: mitmproxy's addons only, the
-    cage's are added here). `timings`: the ready line's, to which the seconds since `since`
-    (the settings taken) at which it was armed and answering names are added."""
+    cage's are added here) and `uplink` (not started yet). `timings`: the ready line's, to
+    which the seconds since `since` (the settings taken) at which it was armed and answering
+    names are added.
+
+    In two steps. Armed first, in the namespace the process started in, while the backend
+    still builds the cage's network: the inspectors, the audit log, the policy, mitmproxy's
+    options; nothing here opens a socket or starts a thread. Then, once the backend says the
+    network and its firewall are complete (`settings.network_path`), it enters the gateway's
+    namespace and opens everything that faces a network there: the uplink's thread, the
+    resolver, the published ports and relays, the proxy's listeners."""
     since = time.monotonic() if since is None else since
 
     def mark(step: str) -> None:
@@ -323,6 +332,49 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
         api_settings, grants, live, denials, settings.tcp_ports, settings.cage_name,
         audit_log.write_or_say)
     _ack(settings, armour, None)
+    started = time.monotonic()
+
+    def ready() -> None:
+        info = {"pid": os.getpid(), "serve_seconds": round(time.monotonic() - started, 3),
+                **(timings or {})}
+        Path(settings.ready_path).write_text(json.dumps(info))
+        print(f"agentcage-gateway ready: {json.dumps(info)}", file=sys.stderr, flush=True)
+
+    # The policy API first: it answers its own flows, which the cage's steps then leave alone.
+    master.addons.add(*([api] if api is not None else []), addon, _Ready(ready))
+    master.options.update(
+        mode=[
+            f"transparent@{settings.gateway_address}:{settings.transparent_port}",
+            f"regular@{settings.gateway_address}:{settings.regular_port}",
+        ],
+        confdir=settings.confdir,
+        connection_strategy="lazy",
+        rawtcp=False,
+        http3=False,
+        ssl_insecure=False,
+        ssl_verify_upstream_trusted_ca=settings.upstream_ca_path,
+        # Requests are never streamed (a streamed body would reach upstream uninspected): one
+        # over the limit is refused. The limit is narrowed to requests (gateway.mitmpatch);
+        # the addon streams large responses through the redactor (gateway.streaming).
+        body_size_limit=str(settings.max_request_body),
+        termlog_verbosity=LOG_LEVELS.get(settings.log_level, "warn"),
+    )
+    mark("options")
+    # Step two: into the gateway's namespace, once its network and firewall are complete
+    await _network_built(settings)
+    if settings.netns:  # "": stay (a pod's gateway: the pod's namespace is the cage's)
+        enter_namespace(settings.netns)
+    mark("in_namespace")
+    host_routes = None
+    if settings.host_routes_socket:  # rootless: the host's routing table, from its keeper
+        try:
+            from agentcage.rootless.holder import receive_host_routes
+
+            host_routes = receive_host_routes(settings.host_routes_socket)
+        except OSError as e:
+            raise SystemExit(f"agentcage-gateway: no route lookups on the host ({e}): "
+                             "refusing to start") from None
+    uplink.start(host_routes)
     loop = asyncio.get_running_loop()
     assert isinstance(loop, GatewayEventLoop)
     loop.connector = UpstreamConnector(
@@ -341,7 +393,6 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
                                          settings.dns_port)
     resolver_thread.start()  # its own thread: the proxy's load never delays an answer
     mark("resolving")
-    started = time.monotonic()
     published = None
     if settings.published_ports:  # listening before the gateway says it is ready
         published = PublishedPorts(settings.published_ports, settings.cage_address, uplink,
@@ -370,32 +421,6 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
                 raise SystemExit(f"agentcage-gateway: cannot listen for the mail relays: "
                                  f"{e.strerror or e}") from None
             raise
-
-    def ready() -> None:
-        info = {"pid": os.getpid(), "serve_seconds": round(time.monotonic() - started, 3),
-                **(timings or {})}
-        Path(settings.ready_path).write_text(json.dumps(info))
-        print(f"agentcage-gateway ready: {json.dumps(info)}", file=sys.stderr, flush=True)
-
-    # The policy API first: it answers its own flows, which the cage's steps then leave alone.
-    master.addons.add(*([api] if api is not None else []), addon, _Ready(ready))
-    master.options.update(
-        mode=[
-            f"transparent@{settings.gateway_address}:{settings.transparent_port}",
-            f"regular@{settings.gateway_address}:{settings.regular_port}",
-        ],
-        confdir=settings.confdir,
-        connection_strategy="lazy",
-        rawtcp=False,
-        http3=False,
-        ssl_insecure=False,
-        ssl_verify_upstream_trusted_ca=settings.upstream_ca_path,
-        # Requests are never streamed (a streamed body would reach upstream uninspected): one
-        # over the limit is refused. The limit is narrowed to requests (gateway.mitmpatch);
-        # the addon streams large responses through the redactor (gateway.streaming).
-        body_size_limit=str(settings.max_request_body),
-        termlog_verbosity=LOG_LEVELS.get(settings.log_level, "warn"),
-    )
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, master.shutdown)
@@ -505,37 +530,35 @@ def run(settings_path: Path, wait: float, t0: float | None = None, ca=None,
     settings = GatewaySettings.load(settings_path)
     # The uplink is the namespace this process started in (the host's, where `agentcage`
     # runs), unless the settings name one; its descriptor is taken before leaving it.
-    uplink_fd = os.open(settings.uplink_netns or "/proc/thread-self/ns/net",
-                        os.O_RDONLY | os.O_CLOEXEC)
+    uplink = Uplink(os.open(settings.uplink_netns or "/proc/thread-self/ns/net",
+                            os.O_RDONLY | os.O_CLOEXEC))
     try:
-        if settings.netns:  # "": stay (a pod's gateway: the pod's namespace is the cage's)
-            enter_namespace(settings.netns)
-    except BaseException:
-        os.close(uplink_fd)
-        raise
-    host_routes = None
-    if settings.host_routes_socket:  # rootless: the host's routing table, from its keeper
-        try:
-            from agentcage.rootless.holder import receive_host_routes
-
-            host_routes = receive_host_routes(settings.host_routes_socket)
-        except OSError as e:
-            os.close(uplink_fd)
-            raise SystemExit(f"agentcage-gateway: no route lookups on the host ({e}): "
-                             "refusing to start") from None
-    uplink = Uplink(uplink_fd, host_routes)
-    try:
+        # the CA first (files only): the cage's sandbox, which carries its certificate, is
+        # made while the gateway arms
         install_ca(Path(settings.confdir), ca_key, ca_cert)
-        timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3),
-                   "in_namespace": round(time.monotonic() - t_settings, 3)}
+        timings = {"prepared": round(t_prepared - t0, 3), "settings": round(t_settings - t0, 3)}
         return asyncio.run(serve(settings, uplink, prepared.master, timings, t_settings),
                            loop_factory=lambda: prepared.loop)
     finally:
         uplink.close()
 
 
+async def _network_built(settings: GatewaySettings) -> None:
+    """Until the backend marks the cage's network and firewall complete (no mark to wait for:
+    at once); SystemExit if that does not come in time."""
+    if not settings.network_path:
+        return
+    mark = Path(settings.network_path)
+    deadline = time.monotonic() + NETWORK_TIMEOUT
+    while not mark.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"agentcage-gateway: {mark} did not appear; refusing to start")
+        await asyncio.sleep(0.001)  # a few ms at most: the backend is making the links
+
+
 def enter_namespace(name: str) -> None:
-    """Join the gateway's network namespace (before any socket exists); exit if that fails.
+    """Join the gateway's network namespace (before any socket exists but the event loop's
+    own wake-up pair, AF_UNIX, which reaches nothing); exit if that fails.
 
     Only the uplink thread (uplink.py), started afterwards, leaves it again, for the uplink."""
     path = f"/run/netns/{name}"

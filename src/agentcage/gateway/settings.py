@@ -33,6 +33,10 @@ class GatewaySettings:
     ready_path: str
     confdir: str  # mitmproxy confdir: the per-cage CA (private key stays here)
     upstream_ca_path: str  # CA bundle used to verify upstream servers
+    # Made by the backend once the cage's network and the firewall are complete: the gateway
+    # arms before, and enters its namespace after ("" = at once: a pod's, whose network the
+    # pod is)
+    network_path: str = ""
     tcp_ports: tuple[int, ...] = (80, 443)
     transparent_port: int = 8443
     regular_port: int = 8080

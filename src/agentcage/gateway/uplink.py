@@ -68,20 +68,27 @@ def route_type(sock: socket.socket, address: str, seq: int = 1) -> str:
 class Uplink:
     """Sockets made in the uplink namespace, by one thread that lives there."""
 
-    def __init__(self, netns_fd: int, host_routes: socket.socket | None = None):
-        """`netns_fd`: an open descriptor of the uplink namespace (owned from now on).
-        `host_routes`: for a rootless cage, whose uplink is a network of its own that reaches
-        the host's through slirp4netns, a netlink socket of the host's namespace (owned from
-        now on): an address that the host routes as its own is refused too."""
-        self._host_routes = host_routes
-        if host_routes is not None:
-            host_routes.settimeout(2)
+    def __init__(self, netns_fd: int):
+        """`netns_fd`: an open descriptor of the uplink namespace (owned from now on). Nothing
+        runs until `start`."""
+        self._host_routes: socket.socket | None = None
         self._netns_fd = netns_fd
         self._target = os.fstat(netns_fd).st_ino
         self._route_sock: socket.socket | None = None
         self._seq = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcage-uplink",
                                             initializer=self._join)
+        self.thread_id: int | None = None
+
+    def start(self, host_routes: socket.socket | None = None) -> None:
+        """Start the uplink's thread (the first thread of the process after the main one: it
+        starts in the gateway's namespace, which the process entered, and leaves it for the
+        uplink). `host_routes`: for a rootless cage, whose uplink is a network of its own that
+        reaches the host's through slirp4netns, a netlink socket of the host's namespace
+        (owned from now on): an address that the host routes as its own is refused too."""
+        self._host_routes = host_routes
+        if host_routes is not None:
+            host_routes.settimeout(2)
         try:
             self.thread_id = self._executor.submit(self._check).result(timeout=10)
         except Exception as e:
@@ -90,7 +97,9 @@ class Uplink:
 
     @classmethod
     def of_path(cls, path: str) -> Uplink:
-        return cls(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        uplink = cls(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        uplink.start()
+        return uplink
 
     def _join(self) -> None:
         # A pod's gateway is in its uplink already (and has no capability to setns at all)
@@ -144,9 +153,13 @@ class Uplink:
             raise UplinkError(f"cannot look up the route to {address}: {e}") from None
 
     def close(self) -> None:
+        """Idempotent (a failed `start` closes, and so does its owner after)."""
+        if self._netns_fd < 0:
+            return
         self._executor.shutdown(wait=True, cancel_futures=True)
         if self._route_sock is not None:
             self._route_sock.close()
         if self._host_routes is not None:
             self._host_routes.close()
         os.close(self._netns_fd)
+        self._netns_fd = -1
