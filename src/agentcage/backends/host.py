@@ -11,7 +11,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from agentcage import procfs
@@ -115,49 +115,59 @@ def start_batch(batch: tuple[list[str], list[str]]) -> Running:
 def write_sysctls(ns: str, values: Mapping[str, str]) -> None:
     """Set kernel settings of the network namespace `ns`, never the caller's (see
     `start_sysctls`); BackendError if they could not be."""
-    start_sysctls(ns, values).wait()
+    start_sysctls(ns, values).result()
 
 
-class SysctlWrite:
-    """Kernel settings of a network namespace being written (`start_sysctls`)."""
+class Background[T]:
+    """`work` run on a thread of its own, while the caller does something else: for a wait
+    that is the kernel's or another process's (a sysctl that waits on the kernel, a secrets
+    backend that is a process per secret). `result` joins it: what it returned, or raised."""
 
-    def __init__(self, ns: str, values: Mapping[str, str]):
-        self.ns, self.values = ns, dict(values)
+    def __init__(self, work: Callable[[], T], name: str):
+        self._value: tuple[T] | None = None  # (what it returned,) once it did
         self._failure: BaseException | None = None
-        self._worker = threading.Thread(target=self._in_namespace, name=f"sysctl-{ns}")
+        self._worker = threading.Thread(target=self._run, args=(work,), name=name)
         self._worker.start()
 
-    def _in_namespace(self) -> None:
+    def _run(self, work: Callable[[], T]) -> None:
         try:
-            fd = os.open(f"/run/netns/{self.ns}", os.O_RDONLY | os.O_CLOEXEC)
+            self._value = (work(),)
+        except BaseException as e:
+            self._failure = e
+
+    def result(self) -> T:
+        self._worker.join()
+        if self._failure is not None:
+            raise self._failure
+        assert self._value is not None  # it returned, or it failed
+        return self._value[0]
+
+
+def start_sysctls(ns: str, values: Mapping[str, str]) -> Background[None]:
+    """Begin setting kernel settings of the network namespace `ns`, never the caller's: by a
+    thread of our own that joins `ns`, proves it is there, writes /proc/sys/net/... (which the
+    kernel resolves in the namespace of the thread that opens it) and ends, its namespace with
+    it. What `nsenter --net=... sysctl -w` does, without starting two processes per namespace;
+    a write can wait on the kernel for milliseconds, which the caller may spend elsewhere.
+    `result()`: once written; BackendError if they could not be."""
+
+    def in_namespace() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
             try:
                 target = os.fstat(fd).st_ino
                 os.setns(fd, os.CLONE_NEWNET)
             finally:
                 os.close(fd)
             if os.stat("/proc/thread-self/ns/net").st_ino != target:
-                raise OSError(f"not in namespace {self.ns} after setns")
-            for key, value in self.values.items():
+                raise OSError(f"not in namespace {ns} after setns")
+            for key, value in values.items():
                 with open(f"/proc/sys/{key.replace('.', '/')}", "w") as f:
                     f.write(value)
-        except BaseException as e:
-            self._failure = e
+        except OSError as e:
+            raise BackendError(f"cannot set {', '.join(values)} in {ns}: {e}") from None
 
-    def wait(self) -> None:
-        """Once they are written; BackendError if they could not be."""
-        self._worker.join()
-        if self._failure is not None:
-            raise BackendError(f"cannot set {', '.join(self.values)} in {self.ns}: "
-                               f"{self._failure}")
-
-
-def start_sysctls(ns: str, values: Mapping[str, str]) -> SysctlWrite:
-    """Begin setting kernel settings of the network namespace `ns`, never the caller's: by a
-    thread of our own that joins `ns`, proves it is there, writes /proc/sys/net/... (which the
-    kernel resolves in the namespace of the thread that opens it) and ends, its namespace with
-    it. What `nsenter --net=... sysctl -w` does, without starting two processes per namespace;
-    a write can wait on the kernel for milliseconds, which the caller may spend elsewhere."""
-    return SysctlWrite(ns, values)
+    return Background(in_namespace, f"sysctl-{ns}")
 
 
 def netns_inode(ns: str) -> int | None:

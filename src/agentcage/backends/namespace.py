@@ -296,6 +296,23 @@ class NamespaceBackend:
     def _build(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan, pending: Pending,
                dns_servers: tuple[str, ...], command: tuple[Sequence[str], bool] | None,
                ) -> tuple[dict, workload.Running | None]:
+        from agentcage.secrets import cage as cage_secrets
+
+        # The values go to the gateway only, through tmpfs; never into the cage. A secrets
+        # backend may be a process per secret (systemd-creds: ≈ 6 ms each): they are staged
+        # while the cgroup and the namespaces are made.
+        staging = host.Background(lambda: cage_secrets.stage_for_gateway(
+            cage, spec.secrets_backend, spec.allow_plaintext), "staging")
+        try:
+            return self._build_cage(cage, spec, plan, pending, dns_servers, command, staging)
+        finally:
+            with contextlib.suppress(Exception):
+                staging.result()  # (done already, unless something failed before)
+
+    def _build_cage(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
+                    pending: Pending, dns_servers: tuple[str, ...],
+                    command: tuple[Sequence[str], bool] | None, staging: host.Background[Path],
+                    ) -> tuple[dict, workload.Running | None]:
         # The cage's resource limits: its cgroup exists before any workload can start.
         limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
         cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
@@ -309,23 +326,21 @@ class NamespaceBackend:
                             host.start_sysctls(plan.gw_ns, sysctls())]
         try:
             return self._build_network(cage, spec, plan, pending, dns_servers, command,
-                                       limits, cgroup_dirs, links, sysctls_written)
+                                       limits, cgroup_dirs, links, sysctls_written,
+                                       staging.result())
         finally:
             for write in sysctls_written:  # (done already, unless something failed)
                 with contextlib.suppress(BackendError):
-                    write.wait()
+                    write.result()
 
     def _build_network(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
                        pending: Pending, dns_servers: tuple[str, ...],
                        command: tuple[Sequence[str], bool] | None, limits: cgroups.Limits,
                        cgroup_dirs: tuple[Path, ...], links: list[netplan.Batch],
-                       sysctls_written: list[host.SysctlWrite],
+                       sysctls_written: list[host.Background[None]], secrets_path: Path,
                        ) -> tuple[dict, workload.Running | None]:
         from agentcage.secrets import cage as cage_secrets
 
-        # The values go to the gateway only, through tmpfs; never into the cage.
-        secrets_path = cage_secrets.stage_for_gateway(cage, spec.secrets_backend,
-                                                      spec.allow_plaintext)
         atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files), durable=False)
         settings = GatewaySettings(
             **spec.gateway,  # what cage.yaml decides, in the settings' own names
@@ -365,7 +380,6 @@ class NamespaceBackend:
         # (`network_path`, below). Written at every start: not durable.
         firewall = host.start(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]),
                               input=render_ruleset(settings))
-        started = None
         try:
             atomic_write(cage.gateway_settings, settings.to_json(), durable=False)
             proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
@@ -376,24 +390,23 @@ class NamespaceBackend:
                 proc.go()  # recorded: a forked gateway may arm (else it exits, doing nothing)
             finally:
                 proc.close()
+            for write in sysctls_written:
+                write.result()
+            for batch in links:
+                host.run_batch(batch)
+        except BaseException:
+            firewall.close()
+            raise
+        started = None
+        try:
+            firewall.result()
+            atomic_write(cage.gateway_network, "", durable=False)  # the gateway may enter it
             if command is not None:  # its sandbox is made meanwhile, its command held
                 self._wait_for(cage, proc, cage.ca_cert.exists)  # the gateway's first step
                 argv, interactive = command
                 target = workload.Target(cage, plan, self.meta(cage),
                                          tuple(str(d) for d in cgroup_dirs))
                 started = workload.start(target, argv, interactive, capture=False, gated=True)
-            for write in sysctls_written:
-                write.wait()
-            for batch in links:
-                host.run_batch(batch)
-        except BaseException:
-            firewall.close()
-            if started is not None:
-                started.abort()
-            raise
-        try:
-            firewall.result()
-            atomic_write(cage.gateway_network, "", durable=False)  # the gateway may enter it
             self._wait_ready(cage, proc)
             runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
                        "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
