@@ -74,11 +74,11 @@ def test_the_gateway_arms_first_and_enters_its_namespace_only_once_the_network_i
         policy_ack_path=str(tmp_path / "policy.ack"),
     )
     (tmp_path / "gateway.json").write_text(settings.to_json())
-    proc = subprocess.Popen(
-        ["unshare", "--net", sys.executable, "-m", "agentcage.gateway",
-         "--settings", str(tmp_path / "gateway.json"), "--wait", "10"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "gateway.log", "wb"),
-        start_new_session=True)
+    with open(tmp_path / "gateway.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["unshare", "--net", sys.executable, "-m", "agentcage.gateway",
+             "--settings", str(tmp_path / "gateway.json"), "--wait", "10"],
+            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     target = os.stat(f"/run/netns/{gateway_namespace}").st_ino
     try:
         # armed: the policy it read is acknowledged (written during arming, after the CA)

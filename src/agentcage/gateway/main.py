@@ -339,6 +339,8 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
                 **(timings or {})}
         Path(settings.ready_path).write_text(json.dumps(info))
         print(f"agentcage-gateway ready: {json.dumps(info)}", file=sys.stderr, flush=True)
+        # what the first answer would compile otherwise, now the cage no longer waits
+        asyncio.get_running_loop().call_soon(addon.armour.redactor.compile)
 
     # The policy API first: it answers its own flows, which the cage's steps then leave alone.
     master.addons.add(*([api] if api is not None else []), addon, _Ready(ready))

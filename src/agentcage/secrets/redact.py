@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,10 @@ def _alternation(keys: Iterable[bytes]) -> re.Pattern[bytes] | None:
 
 
 class Redactor:
-    """Built once per staged-secrets version; immutable afterwards."""
+    """Built once per staged-secrets version; immutable afterwards. Its two expressions (an
+    alternation of every form of every value: a few ms to compile for one secret) are compiled
+    when first used, or by `compile`: a gateway compiles them once it is ready, not while the
+    cage waits for it."""
 
     def __init__(self, secrets: Sequence[StagedSecret]):
         self._literals: dict[bytes, tuple[bytes, str]] = {}
@@ -70,9 +74,19 @@ class Redactor:
                     twin = twins[(core.alphabet, core.shift)]
                     hit = _CoreOf(s.env, core, form.value_form, form.placeholder_form, twin)
                     self._cores.setdefault(core.text, hit)
-        self._literal_re = _alternation(self._literals)
         self._literals_longest_first = sorted(self._literals, key=len, reverse=True)
-        self._core_re = _alternation(self._cores)
+
+    @functools.cached_property
+    def _literal_re(self) -> re.Pattern[bytes] | None:
+        return _alternation(self._literals)
+
+    @functools.cached_property
+    def _core_re(self) -> re.Pattern[bytes] | None:
+        return _alternation(self._cores)
+
+    def compile(self) -> None:
+        """Compile both expressions now (idempotent)."""
+        _ = self._literal_re, self._core_re
 
     @property
     def empty(self) -> bool:
