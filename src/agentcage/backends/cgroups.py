@@ -42,6 +42,11 @@ CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
 
 
+def cpu_quota(cpus: float) -> int:
+    """Microseconds of CPU time per period: `cpus` CPUs' worth."""
+    return max(1000, int(cpus * CPU_PERIOD_US))
+
+
 @record
 class Limits:
     """What a cage may use at most; None is no limit of that kind."""
@@ -206,8 +211,11 @@ class CageCgroup:
             _write(dirs["pids"] / "pids.max", str(limits.pids))
         if limits.cpus is not None:
             cpu = dirs["cpu"]
+            quota = cpu_quota(limits.cpus)
             _write(cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
-            _write(cpu / "cpu.cfs_quota_us", str(max(1000, int(limits.cpus * CPU_PERIOD_US))))
+            _write(cpu / "cpu.cfs_quota_us", str(quota))
+            if (cpu / "cpu.cfs_burst_us").exists():
+                _write(cpu / "cpu.cfs_burst_us", str(quota))
 
     def _create_v2(self, limits: Limits) -> None:
         assert self.layout.v2 is not None
@@ -228,7 +236,10 @@ class CageCgroup:
         if limits.pids is not None:
             _write(d / "pids.max", str(limits.pids))
         if limits.cpus is not None:
-            _write(d / "cpu.max", f"{max(1000, int(limits.cpus * CPU_PERIOD_US))} {CPU_PERIOD_US}")
+            quota = cpu_quota(limits.cpus)
+            _write(d / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+            if (d / "cpu.max.burst").exists():
+                _write(d / "cpu.max.burst", str(quota))
 
     def pids(self) -> set[int]:
         found: set[int] = set()
