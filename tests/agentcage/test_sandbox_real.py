@@ -130,6 +130,7 @@ def test_environment_trusts_the_cage_ca_and_sets_the_proxy(cage, monkeypatch):
     assert ca in cage.sh("cat $SSL_CERT_FILE").stdout
     assert ca in cage.sh("cat /etc/ssl/certs/ca-certificates.crt").stdout
     assert cage.sh("cat $NODE_EXTRA_CA_CERTS").stdout.strip() == ca
+    assert cage.sh("cat $npm_config_cafile").stdout.strip() == ca  # npm's own setting
     # the CA private key never enters the cage
     assert "PRIVATE KEY" not in cage.sh("cat $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS").stdout
     ok = cage.sh("python3 -c \"import urllib.request as u; "

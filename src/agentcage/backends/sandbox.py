@@ -226,6 +226,10 @@ def cage_environment(
         "CURL_CA_BUNDLE": CAGE_BUNDLE_PATH,
         "GIT_SSL_CAINFO": CAGE_BUNDLE_PATH,
         "NODE_EXTRA_CA_CERTS": CAGE_CA_PATH,
+        # npm's (and pnpm's) own: every certificate it meets in the cage is the gateway's,
+        # signed by this CA. Without it npm builds each TLS context from Node's whole root
+        # store: an install of 300 packages spent 0.5 s more CPU (15%)
+        "npm_config_cafile": CAGE_CA_PATH,
         "AGENTCAGE": "1",
     }
     if term:
