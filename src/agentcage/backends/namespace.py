@@ -298,51 +298,85 @@ class NamespaceBackend:
                ) -> tuple[dict, workload.Running | None]:
         from agentcage.secrets import cage as cage_secrets
 
-        # The values go to the gateway only, through tmpfs; never into the cage. A secrets
-        # backend may be a process per secret (systemd-creds: ≈ 6 ms each): they are staged
-        # while the cgroup and the namespaces are made.
-        staging = host.Background(lambda: cage_secrets.stage_for_gateway(
-            cage, spec.secrets_backend, spec.allow_plaintext), "staging")
-        try:
-            return self._build_cage(cage, spec, plan, pending, dns_servers, command, staging)
-        finally:
-            with contextlib.suppress(Exception):
-                staging.result()  # (done already, unless something failed before)
-
-    def _build_cage(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
-                    pending: Pending, dns_servers: tuple[str, ...],
-                    command: tuple[Sequence[str], bool] | None, staging: host.Background[Path],
-                    ) -> tuple[dict, workload.Running | None]:
-        # The cage's resource limits: its cgroup exists before any workload can start.
-        limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
-        cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
-        namespaces, *links = netplan.setup_batches(plan)
-        host.run_batch(namespaces)
-        # Before any link exists (they are waited for before the links are made): a link
-        # brought up in a namespace whose IPv6 is still on sends the kernel's own link-local
-        # IPv6 (router and multicast listener solicitations) before the setting lands.
-        # `default` is what the veth takes, in each namespace it enters.
-        sysctls_written = [host.start_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS),
-                            host.start_sysctls(plan.gw_ns, sysctls())]
-        try:
-            return self._build_network(cage, spec, plan, pending, dns_servers, command,
-                                       limits, cgroup_dirs, links, sysctls_written,
-                                       staging.result())
-        finally:
-            for write in sysctls_written:  # (done already, unless something failed)
-                with contextlib.suppress(BackendError):
+        # What waits on another process or on the kernel runs on a thread meanwhile; each is
+        # joined before this returns, whatever happens.
+        with contextlib.ExitStack() as background:
+            # The values go to the gateway only, through tmpfs; never into the cage. A secrets
+            # backend may be a process per secret (systemd-creds: ≈ 6 ms each): they are
+            # staged while the cgroup and the namespaces are made.
+            staging = host.Background(lambda: cage_secrets.stage_for_gateway(
+                cage, spec.secrets_backend, spec.allow_plaintext), "staging")
+            background.callback(_joined, staging)
+            # The cage's resource limits: its cgroup exists before any workload can start.
+            limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
+            cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
+            namespaces, *links = netplan.setup_batches(plan)
+            host.run_batch(namespaces)
+            # Before any link exists (they are waited for before the links are made): a link
+            # brought up in a namespace whose IPv6 is still on sends the kernel's own
+            # link-local IPv6 (router and multicast listener solicitations) before the setting
+            # lands. `default` is what the veth takes, in each namespace it enters.
+            sysctls_written = [host.start_sysctls(plan.cage_ns, netplan.CAGE_SYSCTLS),
+                               host.start_sysctls(plan.gw_ns, sysctls())]
+            for write in sysctls_written:
+                background.callback(_joined, write)
+            secrets_path = staging.result()
+            atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files),
+                         durable=False)
+            settings = self._gateway_settings(cage, spec, plan, dns_servers, secrets_path)
+            # The firewall is loaded into the gateway's namespace (it names the cage's
+            # interface, which need not exist yet) while the gateway arms and the links are
+            # made. The gateway gets its settings now and arms in the namespace it started in,
+            # where it opens nothing; it enters its own only once the firewall and the links
+            # are in place (`network_path`, below). Written at every start: not durable.
+            firewall = host.start(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]),
+                                  input=render_ruleset(settings))
+            try:
+                atomic_write(cage.gateway_settings, settings.to_json(), durable=False)
+                proc = self.gateways.launch(cage, pending)  # forked now, by a zygote
+                try:
+                    if pending.process is None:
+                        write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
+                                             **_identity(proc)})
+                    proc.go()  # recorded: a forked gateway may arm (else it exits, idle)
+                finally:
+                    proc.close()
+                for write in sysctls_written:
                     write.result()
+                for batch in links:
+                    host.run_batch(batch)
+            except BaseException:
+                firewall.close()
+                raise
+            started = None
+            try:
+                firewall.result()
+                atomic_write(cage.gateway_network, "", durable=False)  # the gateway may enter
+                if command is not None:  # its sandbox is made meanwhile, its command held
+                    self._wait_for(cage, proc, cage.ca_cert.exists)  # the gateway's first step
+                    argv, interactive = command
+                    target = workload.Target(cage, plan, self.meta(cage),
+                                             tuple(str(d) for d in cgroup_dirs))
+                    started = workload.start(target, argv, interactive, capture=False,
+                                             gated=True)
+                self._wait_ready(cage, proc)
+                runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
+                           "cgroups": [str(d) for d in cgroup_dirs],
+                           "limits": limits.to_dict(), "started_at": time.time()}
+                write_runtime(cage, runtime)
+            except BaseException:
+                if started is not None:
+                    started.abort()
+                raise
+            if started is not None:
+                started.release()
+            return runtime, started
 
-    def _build_network(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
-                       pending: Pending, dns_servers: tuple[str, ...],
-                       command: tuple[Sequence[str], bool] | None, limits: cgroups.Limits,
-                       cgroup_dirs: tuple[Path, ...], links: list[netplan.Batch],
-                       sysctls_written: list[host.Background[None]], secrets_path: Path,
-                       ) -> tuple[dict, workload.Running | None]:
+    def _gateway_settings(self, cage: CageDir, spec: CageSpec, plan: netplan.NetPlan,
+                          dns_servers: tuple[str, ...], secrets_path: Path) -> GatewaySettings:
         from agentcage.secrets import cage as cage_secrets
 
-        atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files), durable=False)
-        settings = GatewaySettings(
+        return GatewaySettings(
             **spec.gateway,  # what cage.yaml decides, in the settings' own names
             cage_name=cage.name,
             netns=plan.gw_ns,
@@ -373,52 +407,6 @@ class NamespaceBackend:
             published_ports=spec.published_ports,
             cage_address=plan.cage_address,
         )
-        # The firewall is loaded into the gateway's namespace (it names the cage's interface,
-        # which need not exist yet) while the gateway arms and the links are made. The gateway
-        # gets its settings now and arms in the namespace it started in, where it opens
-        # nothing; it enters its own only once the firewall and the links are in place
-        # (`network_path`, below). Written at every start: not durable.
-        firewall = host.start(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]),
-                              input=render_ruleset(settings))
-        try:
-            atomic_write(cage.gateway_settings, settings.to_json(), durable=False)
-            proc = self.gateways.launch(cage, pending)  # forked now, if the zygote makes it
-            try:
-                if pending.process is None:
-                    write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
-                                         **_identity(proc)})
-                proc.go()  # recorded: a forked gateway may arm (else it exits, doing nothing)
-            finally:
-                proc.close()
-            for write in sysctls_written:
-                write.result()
-            for batch in links:
-                host.run_batch(batch)
-        except BaseException:
-            firewall.close()
-            raise
-        started = None
-        try:
-            firewall.result()
-            atomic_write(cage.gateway_network, "", durable=False)  # the gateway may enter it
-            if command is not None:  # its sandbox is made meanwhile, its command held
-                self._wait_for(cage, proc, cage.ca_cert.exists)  # the gateway's first step
-                argv, interactive = command
-                target = workload.Target(cage, plan, self.meta(cage),
-                                         tuple(str(d) for d in cgroup_dirs))
-                started = workload.start(target, argv, interactive, capture=False, gated=True)
-            self._wait_ready(cage, proc)
-            runtime = {"status": "running", "plan": plan.to_dict(), **_identity(proc),
-                       "cgroups": [str(d) for d in cgroup_dirs], "limits": limits.to_dict(),
-                       "started_at": time.time()}
-            write_runtime(cage, runtime)
-        except BaseException:
-            if started is not None:
-                started.abort()
-            raise
-        if started is not None:
-            started.release()
-        return runtime, started
 
     def _wait_ready(self, cage: CageDir, proc: GatewayProcess) -> int:
         return self._wait_for(cage, proc,
@@ -511,3 +499,9 @@ class NamespaceBackend:
 def _identity(proc: GatewayProcess) -> dict:
     """What runtime.json records of the gateway process: its pid and start time."""
     return {"gateway_pid": proc.pid, "gateway_start": proc.start}
+
+
+def _joined(job: host.Background) -> None:
+    """Wait for `job` (what it raised is the caller's to have seen already, or moot)."""
+    with contextlib.suppress(Exception):
+        job.result()
