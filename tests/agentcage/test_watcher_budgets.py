@@ -133,11 +133,13 @@ def test_requests_measured_later_cross_where_measured_at_once():
         events.append(("sent", sent(host, f"/v1/x?i={i % 11}", body=body, at=i * 0.5,
                                     grant=rng.choice([None, "g1"]))))
 
-    def run(settle_each: bool) -> tuple[list, int]:
+    def run(settle_each: bool, readers: bool = False) -> tuple[list, int]:
         unit = Information(B, Once(B.window_seconds))
         found = []
         for i, event in enumerate(events):
-            if event[0] == "received":
+            if event[0] == "received" and readers:  # read only when settled, as the gateway's
+                unit.received(event[1], lambda body=event[2]: body, len(event[2]))
+            elif event[0] == "received":
                 unit.received(event[1], event[2])
             else:
                 found += [(i, c) for c in unit.sent(event[1])]
@@ -150,6 +152,27 @@ def test_requests_measured_later_cross_where_measured_at_once():
     assert at_once and total > B.information_bytes  # the drip crosses
     later = run(settle_each=False)
     assert later == (at_once, total)
+    assert run(settle_each=False, readers=True) == (at_once, total)
+
+
+def test_an_answer_that_cannot_be_read_teaches_no_echo():
+    """The gateway tells an answer as a reader of its body, called once the answer has gone
+    to the cage. One that fails teaches nothing (what is sent back then counts in full) and
+    stops no request: learning echoes only ever lowers the count."""
+    token = "".join(random.Random(3).choices(string.ascii_letters, k=192)).encode()
+    amounts = {}
+    for how in ("read", "fails"):
+        unit = Information(B, Once(B.window_seconds))
+
+        def reader(how=how) -> bytes:
+            if how == "fails":
+                raise RuntimeError("injected fault")
+            return b'{"etag": "' + token + b'"}'
+
+        unit.received("a.example.test", reader, 200)
+        assert unit.sent(sent("a.example.test", "/x", body=token, at=1)) == ()
+        amounts[how] = unit.total.value(1)
+    assert amounts["fails"] > amounts["read"] + 100
 
 
 class _BrokenCompressor:

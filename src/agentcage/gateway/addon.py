@@ -83,6 +83,17 @@ BINARY_MEDIA = ("image/", "audio/", "video/", "font/", "application/octet-stream
                 "application/zstd", "application/wasm", "application/pdf",
                 "application/java-archive", "application/vnd.debian.binary-package")
 
+def answer_body(resp: http.Response) -> bytes:
+    """What the watcher learns echoes from in a response: its decoded body, or nothing for a
+    binary one or one whose encoding cannot be undone."""
+    if resp.headers.get("content-type", "").strip().lower().startswith(BINARY_MEDIA):
+        return b""
+    try:
+        return resp.get_content(strict=True) or b""
+    except ValueError:  # an encoding it cannot undo: nothing to learn from it
+        return b""
+
+
 def _guarded(stage: str):
     """Wrap a flow hook: an unexpected exception blocks the flow and is audited (fail closed)."""
 
@@ -247,18 +258,15 @@ class CageAddon:
 
     def _watcher_received(self, flow: http.HTTPFlow, host: str) -> None:
         """A buffered response, told to the watcher: what the host sent, the cage may send
-        back without it counting as information sent (an integrity hash, an ETag)."""
+        back without it counting as information sent (an integrity hash, an ETag). Only its
+        size is looked at here; its body is read once the response has gone to the cage
+        (`answer_body`, called by the watcher's settle)."""
         assert self.watcher is not None
         resp = flow.response
         if resp is None or not resp.raw_content or len(resp.raw_content) > ECHO_RESPONSE_MAX:
             return
-        if resp.headers.get("content-type", "").strip().lower().startswith(BINARY_MEDIA):
-            return
-        try:
-            body = resp.get_content(strict=True) or b""
-        except ValueError:  # an encoding it cannot undo: nothing to learn from it
-            return
-        self.watcher.received(host, body)
+        self.watcher.answered(host, functools.partial(answer_body, resp),
+                              len(resp.raw_content))
 
     def _watch_frame(self, flow: http.HTTPFlow, content: bytes) -> str | None:
         """A WebSocket frame from the cage, told to the budgets as a request of its own."""

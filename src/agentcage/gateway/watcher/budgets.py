@@ -9,6 +9,7 @@ import itertools
 import re
 import zlib
 from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from agentcage.gateway.watcher.events import Crossing, Sent
 from agentcage.gateway.watcher.settings import BudgetSettings
@@ -103,6 +104,18 @@ class _Stream:
         return b"".join(pieces)
 
 
+def _read(body: bytes | Callable[[], bytes]) -> bytes:
+    """An answer's body, read now if it was told as a reader. One that cannot be read teaches
+    nothing: no echo learnt only ever counts more as information sent, so the measuring goes
+    on (a request's failure, instead, holds the requests after it)."""
+    if isinstance(body, bytes):
+        return body
+    try:
+        return body()
+    except Exception:
+        return b""
+
+
 def _deflate_bound(n: int) -> int:
     """The most `n` bytes can come to through the compressor, flush included: deflate emits
     each block stored when coding would make it larger (5 bytes a block); an eighth, for
@@ -129,9 +142,10 @@ class Information:
         self._total = SlidingSum(settings.window_seconds)
         self._streams: Recent[_Stream] = Recent(
             lambda: _Stream(settings.window_seconds), MAX_HOSTS)
-        # sent (host, grant, head, body, at) and received (host, body), not yet measured
-        self._owed: deque[tuple[str, str | None, bytes, bytes, float] | tuple[str, bytes]] = (
-            deque())
+        # sent (host, grant, head, body, at) and received (host, body or its reader, size),
+        # not yet measured
+        self._owed: deque[tuple[str, str | None, bytes, bytes, float]
+                          | tuple[str, bytes | Callable[[], bytes], int]] = deque()
         self._owed_bound = 0  # the most the requests owed can come to
         self._owed_answers = 0  # bytes of the answers owed
 
@@ -158,29 +172,33 @@ class Information:
         self.settle()
         return self._measure(s.host, s.grant, head, s.body, s.at)
 
-    def received(self, host: str, body: bytes) -> None:
+    def received(self, host: str, body: bytes | Callable[[], bytes],
+                 size: int | None = None) -> None:
         """What `host` answered (its tokens, which the cage may send back as echoes): owed
-        too, after the requests owed, which were sent before it."""
+        too, after the requests owed, which were sent before it. `body` may be a function
+        that reads it (`size`: about how many bytes), called when it is settled."""
+        if size is None:
+            size = len(body) if isinstance(body, bytes) else 0
         if len(self._owed) >= MAX_OWED or self._owed_answers >= MAX_ECHO_SCAN:
             self.settle()
-        self._owed.append((host, body))
-        self._owed_answers += len(body)
+        self._owed.append((host, body, size))
+        self._owed_answers += size
 
     def settle(self) -> None:
         """Measure what is owed, in order (none of it can cross the budget)."""
         owed = self._owed
         while owed:
             event = owed[0]
-            if len(event) == 2:
-                self._streams.get(event[0]).received(event[1])
+            if len(event) == 3:
+                self._streams.get(event[0]).received(_read(event[1]))
             else:
                 host, grant, head, body, at = event
                 crossed = self._measure(host, grant, head, body, at)
                 assert not crossed, "an owed request crossed the information budget"
             # taken off once done: a failure leaves it owed, and the next tell fails too
             owed.popleft()
-            if len(event) == 2:
-                self._owed_answers -= len(event[1])
+            if len(event) == 3:
+                self._owed_answers -= event[2]
             else:
                 self._owed_bound -= _deflate_bound(len(event[2]) + len(event[3]))
 

@@ -154,10 +154,16 @@ class Watcher:
 
     def received(self, host: str, body: bytes) -> None:
         """A response of `host` (what the cage may echo back to it without sending anything)."""
-        if self.is_model_host(host) or not body:
+        if body:
+            self.answered(host, body, len(body))
+
+    def answered(self, host: str, body: bytes | Callable[[], bytes], size: int) -> None:
+        """A response of `host`, as `received`; `body` may be a function that reads it (of
+        `size` bytes, or about that), called once the response has gone to the cage."""
+        if self.is_model_host(host):
             return
         with self._lock:
-            self.information.received(host, body)
+            self.information.received(host, body, size)
         self._settle_soon()
 
     def _settle_soon(self) -> None:
