@@ -232,7 +232,8 @@ class PatternSet:
             regexes, combinable = (None, None, None), []
         self._any, self._any_text, self._any_tokens = regexes
         combined = {p.id for p in combinable}
-        self._alone = tuple(p.id not in combined for p in self.patterns)  # never prefiltered
+        self._each = tuple(zip(self.patterns, self._needs, self._buckets, strict=True))
+        self._uncombined = tuple(e for e in self._each if e[0].id not in combined)
 
     def _none_combined(self, text: bytes, tokens: Callable[[int], bytes] | None) -> bool:
         """True when no combinable pattern can match `text` (False: it may, or no prefilter)."""
@@ -262,10 +263,8 @@ class PatternSet:
         absent: frozenset[int] = frozenset()
         if len(text) > _LARGE:
             absent = frozenset(c for c in self._punctuation if c not in text)
-        each = zip(self.patterns, self._needs, self._buckets, self._alone, strict=True)
-        for pattern, needs, bucket, alone in each:
-            if prefiltered and not alone:
-                continue
+        # prefiltered: only the patterns the prefilter does not cover (most often none)
+        for pattern, needs, bucket in self._uncombined if prefiltered else self._each:
             if absent and not needs.isdisjoint(absent):
                 continue
             where = text if tokens is None or bucket is None else tokens(bucket)
