@@ -45,6 +45,7 @@ from agentcage.gateway.relays.tls import RelayTls
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
+from agentcage.gateway.warmup import exact_hosts, warm_tls
 from agentcage.gateway.watcher.reread import ReReader
 from agentcage.gateway.watcher.watch import Watcher
 
@@ -339,8 +340,12 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
                 **(timings or {})}
         Path(settings.ready_path).write_text(json.dumps(info))
         print(f"agentcage-gateway ready: {json.dumps(info)}", file=sys.stderr, flush=True)
-        # what the first answer would compile otherwise, now the cage no longer waits
-        asyncio.get_running_loop().call_soon(addon.armour.redactor.compile)
+        # what the first connections and answers would do otherwise, now the cage no longer
+        # waits (its agent is starting)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(warm_tls, master, exact_hosts(live.current().allow.rules),
+                       settings.gateway_address)
+        loop.call_soon(addon.armour.redactor.compile)
 
     # The policy API first: it answers its own flows, which the cage's steps then leave alone.
     master.addons.add(*([api] if api is not None else []), addon, _Ready(ready))
