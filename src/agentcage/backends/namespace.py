@@ -307,11 +307,30 @@ class NamespaceBackend:
             staging = host.Background(lambda: cage_secrets.stage_for_gateway(
                 cage, spec.secrets_backend, spec.allow_plaintext), "staging")
             background.callback(_joined, staging)
+            # The namespaces are made (`ip netns add`) while the cgroup and the gateway's
+            # settings are made and the gateway is given them: it arms in the namespace it
+            # started in, where it opens nothing, and enters its own only once the network and
+            # the firewall are complete (`network_path`, below).
+            namespaces, *links = netplan.setup_batches(plan)
+            making = host.start_batch(namespaces)
+            background.callback(_reaped, making)
             # The cage's resource limits: its cgroup exists before any workload can start.
             limits = cgroups.Limits(spec.memory, spec.pids, spec.cpus)
             cgroup_dirs = cgroups.CageCgroup(cgroups.detect(), plan.suffix).create(limits)
-            namespaces, *links = netplan.setup_batches(plan)
-            host.run_batch(namespaces)
+            secrets_path = staging.result()
+            atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files),
+                         durable=False)
+            settings = self._gateway_settings(cage, spec, plan, dns_servers, secrets_path)
+            atomic_write(cage.gateway_settings, settings.to_json(), durable=False)  # (each start)
+            proc = self.gateways.launch(cage, pending)  # forked now, by a zygote
+            try:
+                if pending.process is None:
+                    write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
+                                         **_identity(proc)})
+                proc.go()  # recorded: a forked gateway may arm (else it exits, idle)
+            finally:
+                proc.close()
+            making.result()
             # Before any link exists (they are waited for before the links are made): a link
             # brought up in a namespace whose IPv6 is still on sends the kernel's own
             # link-local IPv6 (router and multicast listener solicitations) before the setting
@@ -320,27 +339,11 @@ class NamespaceBackend:
                                host.start_sysctls(plan.gw_ns, sysctls())]
             for write in sysctls_written:
                 background.callback(_joined, write)
-            secrets_path = staging.result()
-            atomic_write(cage.upstream_ca, upstream_bundle(spec.upstream_ca_files),
-                         durable=False)
-            settings = self._gateway_settings(cage, spec, plan, dns_servers, secrets_path)
             # The firewall is loaded into the gateway's namespace (it names the cage's
-            # interface, which need not exist yet) while the gateway arms and the links are
-            # made. The gateway gets its settings now and arms in the namespace it started in,
-            # where it opens nothing; it enters its own only once the firewall and the links
-            # are in place (`network_path`, below). Written at every start: not durable.
+            # interface, which need not exist yet) while the links are made.
             firewall = host.start(netplan.in_ns(plan.gw_ns, ["nft", "-f", "-"]),
                                   input=render_ruleset(settings))
             try:
-                atomic_write(cage.gateway_settings, settings.to_json(), durable=False)
-                proc = self.gateways.launch(cage, pending)  # forked now, by a zygote
-                try:
-                    if pending.process is None:
-                        write_runtime(cage, {"status": "starting", "plan": plan.to_dict(),
-                                             **_identity(proc)})
-                    proc.go()  # recorded: a forked gateway may arm (else it exits, idle)
-                finally:
-                    proc.close()
                 for write in sysctls_written:
                     write.result()
                 for batch in links:
@@ -499,6 +502,13 @@ class NamespaceBackend:
 def _identity(proc: GatewayProcess) -> dict:
     """What runtime.json records of the gateway process: its pid and start time."""
     return {"gateway_pid": proc.pid, "gateway_start": proc.start}
+
+
+def _reaped(command: host.Running) -> None:
+    """A command started in the background, waited for or ended (its outcome, if it matters,
+    the caller has had from `result`)."""
+    with contextlib.suppress(Exception):
+        command.close()
 
 
 def _joined(job: host.Background) -> None:

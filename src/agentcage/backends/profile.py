@@ -153,13 +153,15 @@ def check_access(host_uid: int, host_gid: int,
                  volumes: tuple[tuple[str, str, str], ...], how: str) -> None:
     """Every volume must be reachable by the host uid the workload runs as (read, and write
     for rw), or every command in the cage would fail later. Checked as that uid, by the kernel
-    (`setpriv` then `test`), so permissions, ACLs and parent directories all count."""
+    (`test`, run as that uid and gid, with no supplementary group where they can be dropped),
+    so permissions, ACLs and parent directories all count."""
     import subprocess  # here: `exec` imports this module, and needs none of this
 
+    groups: list[int] | None = [] if rootless.groups_settable() else None  # None: kept
     for src, target, mode in volumes:
         test = ["test", "-r", src, "-a", "-x", src] + (["-a", "-w", src] if mode == "rw" else [])
-        r = subprocess.run(["setpriv", f"--reuid={host_uid}", f"--regid={host_gid}",
-                            *rootless.drop_groups(), "--", *test], capture_output=True, timeout=10)
+        r = subprocess.run(test, user=host_uid, group=host_gid, extra_groups=groups,
+                           capture_output=True, timeout=10)
         if r.returncode != 0:
             if how == NOBODY_AS_ROOT_OWNS and target == WORKSPACE:
                 raise BackendError(

@@ -91,11 +91,6 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def drop_groups() -> list[str]:
-    """setpriv's arguments that drop supplementary groups, where they can be dropped."""
-    return ["--clear-groups"] if groups_settable() else ["--keep-groups"]
-
-
 # Commands that never touch a cage's namespaces: they run where they are called, starting
 # nothing (`ls` reads state files and /proc, which look the same from outside).
 _OUTSIDE = frozenset({"doctor", "init", "ls", "scaffold", "--help", "-h", "--version",
