@@ -4,6 +4,8 @@ TLS addon, in this process (the timing it buys is bench/cage_startup.py --intera
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from mitmproxy import connection, tls
 from mitmproxy.addons.tlsconfig import TlsConfig
@@ -12,7 +14,7 @@ from mitmproxy.proxy import context
 from mitmproxy.test import taddons
 
 from agentcage.domains import DomainPattern, DomainRule
-from agentcage.gateway.warmup import MAX_HOSTS, exact_hosts, warm_tls
+from agentcage.gateway.warmup import MAX_HOSTS, exact_hosts, warm_in_turn, warm_tls
 
 GATEWAY = "10.203.0.1"
 
@@ -81,3 +83,20 @@ def test_a_failure_is_said_and_costs_nothing_else(tlsconfig, capsys):
     addon.certstore = None  # the certificate store gone: every lookup fails
     assert warm_tls(tctx.master, ["api.example.test"], GATEWAY) == 0
     assert "TLS not made ready ahead" in capsys.readouterr().err
+
+
+def test_hosts_are_made_ready_one_a_turn_of_the_loop(tlsconfig):
+    """Each host in a turn of its own: what comes in meanwhile waits for one host at most."""
+    addon, tctx = tlsconfig
+    hosts = [f"h{i}.example.test" for i in range(4)]
+    made_by_turn = []
+
+    async def turns() -> None:
+        loop = asyncio.get_running_loop()
+        warm_in_turn(loop, tctx.master, hosts, GATEWAY)
+        for _ in range(len(hosts) + 1):
+            made_by_turn.append(len(addon.certstore.certs))
+            await asyncio.sleep(0)  # one turn of the loop
+
+    asyncio.run(turns())
+    assert made_by_turn == [2, 4, 6, 8, 8]  # two certificates a host (both ways of reaching it)

@@ -45,7 +45,7 @@ from agentcage.gateway.relays.tls import RelayTls
 from agentcage.gateway.settings import GatewaySettings
 from agentcage.gateway.uplink import Uplink
 from agentcage.gateway.upstream import GatewayEventLoop, UpstreamConnector, UpstreamResolver
-from agentcage.gateway.warmup import exact_hosts, warm_tls
+from agentcage.gateway.warmup import exact_hosts, warm_in_turn
 from agentcage.gateway.watcher.reread import ReReader
 from agentcage.gateway.watcher.watch import Watcher
 
@@ -343,7 +343,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
         # what the first connections and answers would do otherwise, now the cage no longer
         # waits (its agent is starting)
         loop = asyncio.get_running_loop()
-        loop.call_soon(warm_tls, master, exact_hosts(live.current().allow.rules),
+        loop.call_soon(warm_in_turn, loop, master, exact_hosts(live.current().allow.rules),
                        settings.gateway_address)
         loop.call_soon(addon.armour.redactor.compile)
 

@@ -13,12 +13,15 @@ proxy port (`CONNECT host:443`, how agents reach the gateway), and one made stra
 address the cage's resolver gives every allowed name (the gateway's own), whose certificate
 names that address too.
 
-Best effort: a failure here costs the first connection its time again, nothing else.
+One host a turn of the event loop (`warm_in_turn`): a connection that comes meanwhile waits
+for one host's certificates at most (≈ 1.5 ms), not for all of them. Best effort: a failure
+here costs the first connection its time again, nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from agentcage.gateway.audit import say
@@ -60,3 +63,11 @@ def warm_tls(master: Any, hosts: Iterable[str], gateway_address: str) -> int:
     except Exception as e:  # best effort: the first real connection does it instead
         say(f"TLS not made ready ahead ({type(e).__name__}: {e}); first connections do it")
     return made
+
+
+def warm_in_turn(loop: asyncio.AbstractEventLoop, master: Any, hosts: Sequence[str],
+                 gateway_address: str) -> None:
+    """`warm_tls` for the first of `hosts` now, and for the next one at the loop's next turn,
+    after whatever came in meanwhile (the first one also makes the contexts: ≈ 13 ms)."""
+    if hosts and warm_tls(master, hosts[:1], gateway_address) and len(hosts) > 1:
+        loop.call_soon(warm_in_turn, loop, master, hosts[1:], gateway_address)
