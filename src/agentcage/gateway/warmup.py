@@ -57,8 +57,9 @@ def warm_tls(master: Any, hosts: Iterable[str], gateway_address: str) -> int:
                 described = context.Context(client, master.options)
                 described.server = server
                 tlsconfig.tls_start_client(tls.TlsData(client, described))  # certificate
-                if made == 0:  # the context towards the upstream is one for every host
-                    tlsconfig.tls_start_server(tls.TlsData(server, described))
+            # the context towards the upstream: one for every host (made by the first call,
+            # found in mitmproxy's cache by the next)
+            tlsconfig.tls_start_server(tls.TlsData(server, described))
             made += 1
     except Exception as e:  # best effort: the first real connection does it instead
         say(f"TLS not made ready ahead ({type(e).__name__}: {e}); first connections do it")
