@@ -393,3 +393,28 @@ def test_a_binary_answer_teaches_the_watcher_no_echo_and_a_textual_one_does():
             watcher.settle()
             echoes = watcher.information._streams.get(host).echoes
             assert (hash(token) in echoes) is learned, ctype
+
+
+def test_what_the_watcher_reads_of_an_answer_is_its_decoded_body_unless_binary():
+    import gzip
+
+    from agentcage.gateway.addon import answer_body
+
+    text = b'{"etag": "c2hhNTEyLWFiY2RlZmdoaWprbG1ub3A"}'
+
+    def answer(content: bytes, **headers: str) -> bytes:
+        resp = tutils.tresp(content=content)
+        for name in ("content-type", "content-encoding", "content-length"):
+            resp.headers.pop(name, None)
+        for name, value in headers.items():
+            resp.headers.add(name.replace("_", "-"), value)
+        return answer_body(resp)
+
+    assert answer(text) == text
+    assert answer(text, Content_Type="application/json; charset=utf-8") == text
+    assert answer(gzip.compress(text), Content_Encoding="gzip") == text
+    assert answer(gzip.compress(text), Content_Encoding="") == gzip.compress(text)
+    assert answer(text, Content_Type=" IMAGE/PNG") == b""  # binary, however it is written
+    assert answer(text, content_type="application/octet-stream") == b""
+    assert answer(text, Content_Encoding="no-such-coding") == b""  # cannot be undone
+    assert answer(b"not gzip", Content_Encoding="gzip") == b""

@@ -4,7 +4,6 @@ test_watcher_world.py's."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -155,6 +154,51 @@ def test_requests_measured_later_cross_where_measured_at_once():
     assert run(settle_each=False, readers=True) == (at_once, total)
 
 
+def test_a_stream_keeps_what_repeats_stripped_and_measures_as_stripping_each_request_whole():
+    """A host's stream keeps the last headers and small body it stripped of echoes, for the
+    next request that sends them again, until an answer teaches new tokens (and the last
+    answer, which teaches nothing when it comes again). Over requests that repeat and
+    change their headers and bodies, with answers between them teaching tokens the later
+    requests send back, every amount is that of stripping each request whole (its head as
+    one, its body) through a compressor of its own, having learnt every answer."""
+    from agentcage.gateway.watcher.budgets import _Stream
+
+    rng = random.Random(11)
+    tokens = [os.urandom(rng.randrange(8, 40)).hex().encode() for _ in range(12)]
+    kept, whole = _Stream(600), _Stream(600)
+    reference = zlib.compressobj(6, zlib.DEFLATED, 15, 8)
+    headers = HEADERS
+    body = b""
+    stripped_some, taught = 0, 0  # the answers teach the tokens one by one, in order
+    answer = b"{}"
+    for i in range(400):
+        soon = tokens[taught:taught + 2] or tokens  # what the next answers teach
+        if rng.random() < 0.2:  # the headers change: a token in a cookie, or not
+            headers = (*HEADERS, ("cookie", "s=" + rng.choice(soon).decode()))
+        if rng.random() < 0.3:  # so does the body, small or not kept
+            size = rng.choice([0, 50, 3000, 5000])
+            body = b" ".join(rng.choice(soon) for _ in range(size // 40)) or b"{}"
+        s = sent(target=f"/v1/items/{rng.choice(tokens).decode()}?page={i % 5}",
+                 headers=headers, body=body)
+        expected_head, expected_body = whole._strip(s.head()), whole._strip(body)
+        stripped_some += expected_head != s.head() or expected_body != body
+        expected = (len(reference.compress(expected_head + expected_body))
+                    + len(reference.flush(zlib.Z_SYNC_FLUSH)))
+        assert kept.information(s) == expected, i
+        if rng.random() < 0.1:  # an answer (again, or a token the next requests send back)
+            if rng.random() < 0.5:
+                answer = b'{"next": "' + tokens[taught % len(tokens)] + b'"}'
+                taught += 1
+            kept.received(answer)
+            whole.answer = None  # the reference learns every answer afresh
+            whole.received(answer)
+        if rng.random() < 0.02:  # a large answer, whose tokens crowd out all the others
+            crowd = b" ".join(b"%016x" % rng.getrandbits(64) for _ in range(5000))
+            kept.received(crowd)
+            whole.received(crowd)
+    assert stripped_some > 50  # the control: echoes were there to strip
+
+
 def test_an_answer_that_cannot_be_read_teaches_no_echo():
     """The gateway tells an answer as a reader of its body, called once the answer has gone
     to the cage. One that fails teaches nothing (what is sent back then counts in full) and
@@ -181,28 +225,134 @@ class _BrokenCompressor:
 
 
 def test_a_measurement_that_fails_after_its_request_left_stops_the_next_request():
-    """In the gateway a request that cannot cross the information budget is measured on the
-    loop after its hook returned. When that fails it is audited, and the next request waits
-    for it: it fails again, and the gateway refuses that request (fail closed)."""
+    """In the gateway most requests are told to the budgets after they have left (at the
+    watcher's next tick at the latest). When that fails it is audited, and the next request
+    waits for it: it fails again, and the gateway refuses that request (fail closed)."""
     audit: list = []
     watcher = Watcher(WatcherSettings(), audit.append, load_patterns())
+    watcher.lazy = True
+    assert watcher.sent(sent(target="/a", body=b"one")) is None  # the control
+    assert watcher.owed  # told once it has left
+    watcher.tick()
+    assert not watcher.owed
+    stream, = [st for _, st in watcher.information._streams.items()]
+    stream.compressor = _BrokenCompressor()
+    assert watcher.sent(sent(target="/b", body=b"two")) is None  # it has left
+    watcher.tick()
+    watcher.tick()  # said once, not at every tick while it fails
+    assert [r.reason for r in audit if r.decision == "flagged"] == [
+        "cannot tell the budgets what was sent (error: injected fault); the next request "
+        "waits for it"]
+    with pytest.raises(zlib.error):
+        watcher.sent(sent(target="/c", body=b"three"))
+    with pytest.raises(zlib.error):  # and the one after it, while it fails
+        watcher.sent(sent(target="/d", body=b"four"))
 
-    async def go() -> None:
-        assert watcher.sent(sent(target="/a", body=b"one")) is None  # the control
-        assert watcher.information.owed  # measured once the hook has returned
-        await asyncio.sleep(0)
-        assert not watcher.information.owed
-        stream, = [st for _, st in watcher.information._streams.items()]
-        stream.compressor = _BrokenCompressor()
-        assert watcher.sent(sent(target="/b", body=b"two")) is None  # it has left
-        await asyncio.sleep(0)
-        assert [r.reason for r in audit if r.decision == "flagged"] == [
-            "cannot measure the information sent (error: injected fault); the next request "
-            "waits for it"]
-        with pytest.raises(zlib.error):
-            watcher.sent(sent(target="/c", body=b"three"))
 
-    asyncio.run(go())
+class _AtOnce(Watcher):
+    """The reference: every request told to the budgets in its hook, none after it left."""
+
+    def _may_wait(self, s: Sent) -> bool:
+        return False
+
+
+def _told(kind: type[Watcher], ticks: int) -> tuple[list, list, tuple, int]:
+    """One cage's traffic told to a watcher of `kind` as the gateway tells it (lazily), its
+    tick coming after every `ticks` requests (0: never). What each `sent` answered, the
+    findings, the ladder and the information sent; and how many requests were still untold
+    after theirs."""
+    from agentcage.gateway.control.grants import Grants
+    from agentcage.gateway.control.settings import PolicyApiSettings
+
+    now = [1000.0]
+    grants = Grants(PolicyApiSettings(grantable=("key.example.test",), max_ttl_seconds=600),
+                    None, lambda r: None)
+    grant = grants.ask({"domain": "key.example.test", "reason": "the task needs it"},
+                       (443,), lambda host: False).grant_id
+    assert grant is not None
+    watcher = kind(WatcherSettings(), lambda r: None, load_patterns(), grants=grants,
+                   clock=lambda: now[0])
+    watcher.lazy = True
+    pieces = [TOKEN[i:i + 4] for i in range(0, len(TOKEN), 4)]
+    rng = random.Random(8)
+    events = [  # each crossing one budget, in turn: a grant's, then two more
+        *(sent("key.example.test", f"/c?d={p}", at=1000 + i / 10, grant=grant, flow=f"k{i}")
+          for i, p in enumerate(pieces)),
+        *(sent("drip.example.test", f"/c?d={p}", at=1100 + i / 10, flow=f"d{i}")
+          for i, p in enumerate(pieces)),
+        *(sent("ok.example.test", f"/v1/items?page={i}", body=rng.randbytes(rng.randrange(900)),
+               at=1150 + i / 10, flow=f"o{i}") for i in range(40)),
+        *(sent("poll.example.test", "/status", at=1200 + 2 * i, flow=f"p{i}")
+          for i in range(9)),
+        sent("api.anthropic.com", "/v1/messages", body=b"{}", at=1220, model_host=True),
+    ]
+    answers, untold = [], 0
+    for i, s in enumerate(events):
+        now[0] = s.at
+        answers.append(watcher.sent(s))
+        untold += bool(watcher._waiting)
+        if i % 7 == 3:  # an answer, with a token the cage may send back
+            watcher.answered(s.host, b'{"etag": "' + rng.randbytes(12).hex().encode() + b'"}',
+                             40)
+        if ticks and i % ticks == ticks - 1:
+            watcher.tick()
+    watcher.settle()
+    answers = [why and why.replace(grant, "G") for why in answers]
+    findings = [(f.budget, f.host, f.flow, f.action.replace(grant, "G"), f.at)
+                for f in watcher.findings]
+    ladder = (watcher.ladder.strikes, watcher.ladder.quarantined_until,
+              int(watcher.information.total.value(now[0])))
+    return answers, findings, ladder, untold
+
+
+@pytest.mark.parametrize("ticks", [1, 5, 0], ids=["tick-each", "tick-every-5", "no-tick"])
+def test_requests_told_after_they_left_find_and_refuse_what_telling_each_at_once_does(ticks):
+    """Most requests are told to the budgets once they have left. Those of a cage that
+    crosses three budgets in turn (the third quarantines it), through a runtime grant and
+    not, with answers between them: every `sent` answers as it does when each is told in its
+    hook (the same refusals), and the findings, the ladder and the amounts are the same."""
+    later = _told(Watcher, ticks)
+    at_once = _told(_AtOnce, ticks)
+    assert later[:3] == at_once[:3]
+    answers, findings, (strikes, until, information), untold = later
+    assert untold > 0 and at_once[3] == 0  # the control: the watcher did wait
+    assert [(b, h, f, a.split(" ")[0]) for b, h, f, a, _ in findings] == [
+        ("reassembly", "key.example.test", "k9", "revoked"),
+        ("reassembly", "drip.example.test", "d9", "recorded"),
+        ("beacon", "poll.example.test", "p7", "recorded")]
+    # refused: the piece that completed the key (its grant revoked), the beacon's request
+    # that quarantined the cage and the one after it; the model's host is spared
+    assert [i for i, why in enumerate(answers) if why] == [9, 67, 68]
+    assert "revoked grant" in answers[9] and "quarantined" in answers[67]
+    assert strikes == 1 and until == 1214 + 300 and information > 0
+
+
+def test_a_grant_revoked_by_a_request_told_later_refuses_the_next_request_through_it():
+    """A request told later can revoke a grant (the information budget's finding names the
+    grant of the host that carried the most); the next request through that grant, judged
+    by the policy before that was told, is refused when it is told to the watcher."""
+    from agentcage.gateway.control.grants import Grants
+    from agentcage.gateway.control.settings import PolicyApiSettings
+
+    rng = random.Random(10)
+    for kind in (Watcher, _AtOnce):
+        grants = Grants(PolicyApiSettings(grantable=("g.example.test",)), None, lambda r: None)
+        grant = grants.ask({"domain": "g.example.test", "reason": "the task needs it"},
+                           (443,), lambda host: False).grant_id
+        assert grant is not None
+        watcher = kind(WatcherSettings(budgets=BudgetSettings(information_bytes=4096)),
+                       lambda r: None, load_patterns(), grants=grants)
+        watcher.lazy = True
+        first = watcher.sent(sent("g.example.test", body=rng.randbytes(3000), at=1,
+                                  grant=grant))
+        watcher.tick()
+        # before the next tick: the first crosses the budget, the second is the grant's
+        crossing = watcher.sent(sent("a.example.test", body=rng.randbytes(2000), at=2))
+        after = watcher.sent(sent("g.example.test", body=b"{}", at=2, grant=grant))
+        assert first is None and crossing is None, kind
+        assert after == f"the watcher revoked grant {grant}: it carried too much", kind
+        assert [(f.budget, f.host, f.grant) for f in watcher.findings] == [
+            ("information", "g.example.test", grant)]
 
 
 # ---- beacons and new hosts -----------------------------------------------------------------
@@ -334,3 +484,19 @@ def test_findings_escalate_to_a_quarantine_that_ends_and_doubles_and_quiet_forgi
 def test_one_finding_per_window_never_quarantines():
     ladder = Ladder(WatcherSettings())
     assert all(ladder.finding(600.0 * i + 1) is None for i in range(50))
+
+
+def test_a_request_that_crosses_several_budgets_counts_once_towards_a_quarantine():
+    """Repeated findings quarantine, not one request's several: the request that crosses
+    two budgets at once makes two findings and one count; the next request's finding is
+    the second count, which quarantines (escalate_after: 2)."""
+    small = BudgetSettings(host_bytes=4096, information_bytes=4096)
+    watcher = Watcher(WatcherSettings(escalate_after=2, budgets=small), lambda r: None,
+                      load_patterns(), clock=lambda: 5.0)
+    rng = random.Random(9)
+    assert watcher.sent(sent("x.example.test", body=rng.randbytes(6000), at=1)) is None
+    assert sorted(f.budget for f in watcher.findings) == ["host_bytes", "information"]
+    assert not watcher.quarantined()
+    why = watcher.sent(sent("y.example.test", body=rng.randbytes(6000), at=2))
+    assert [f.budget for f in watcher.findings][2:] == ["host_bytes"]
+    assert watcher.quarantined() and why is not None and "quarantined" in why

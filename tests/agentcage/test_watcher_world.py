@@ -137,6 +137,22 @@ def test_a_token_sent_in_ten_pieces_is_found_and_its_grant_revoked(cage, world):
 
 
 @pytest.mark.netns
+def test_a_token_in_pieces_to_a_host_cage_yaml_allows_is_recorded_once_the_pieces_left(cage):
+    """A request no finding could refuse (to a host cage.yaml allows, the cage far from a
+    quarantine) is told to the budgets after it has left: every piece goes, and the finding
+    is recorded by the watcher's next tick, on the flow that completed the token."""
+    assert traffic(cage, "split", "allowed.example.test", TOKEN, 10) == [200] * 10
+    [finding] = wait_for(cage.findings, 5)
+    assert (finding["budget"], finding["host"], finding["action"]) == (
+        "reassembly", "allowed.example.test", "recorded")
+    assert finding["evidence"]["pieces"] == 10
+    flows = [r["flow"] for r in cage.audit() if r.get("direction") == "outbound"
+             and r.get("host") == "allowed.example.test" and r.get("reason") == (
+                 "forwarded upstream")]
+    assert len(flows) == 10 and finding["flow"] == flows[-1]
+
+
+@pytest.mark.netns
 def test_random_data_dripped_200_bytes_a_request_is_found_and_its_connection_cut(cage, world):
     grant_id = grant(cage, "drop.example.test")
     *statuses, opened = traffic(cage, "drip", "drop.example.test", 64 * 1024, 200)

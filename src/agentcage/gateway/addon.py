@@ -83,11 +83,24 @@ BINARY_MEDIA = ("image/", "audio/", "video/", "font/", "application/octet-stream
                 "application/zstd", "application/wasm", "application/pdf",
                 "application/java-archive", "application/vnd.debian.binary-package")
 
+BINARY_MEDIA_BYTES = tuple(kind.encode() for kind in BINARY_MEDIA)
+
+
 def answer_body(resp: http.Response) -> bytes:
     """What the watcher learns echoes from in a response: its decoded body, or nothing for a
-    binary one or one whose encoding cannot be undone."""
-    if resp.headers.get("content-type", "").strip().lower().startswith(BINARY_MEDIA):
+    binary one or one whose encoding cannot be undone. (Its two headers are found in one
+    walk of the raw fields, not two lookups: this runs for every answer.)"""
+    kind = coding = None
+    for name, value in resp.headers.fields:
+        name = name.lower()
+        if name == b"content-type" and kind is None:
+            kind = value
+        elif name == b"content-encoding":
+            coding = coding or value
+    if kind is not None and kind.strip().lower().startswith(BINARY_MEDIA_BYTES):
         return b""
+    if not coding:
+        return resp.raw_content or b""
     try:
         return resp.get_content(strict=True) or b""
     except ValueError:  # an encoding it cannot undo: nothing to learn from it

@@ -302,6 +302,7 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
                       Path(settings.watcher_path) if settings.watcher_path else None,
                       cut=connections.cut) if settings.watcher.enable else None
     if watcher is not None:
+        watcher.lazy = True  # told at its tick, or by the next request that cannot wait
         audit_log.observers.append(watcher.observe)  # the names the cage looks up
     live = LivePolicy(lambda: holder.current, grants, watcher)
     armour = arm(settings)  # raises: the gateway does not serve without its inspectors
@@ -461,6 +462,8 @@ async def serve(settings: GatewaySettings, uplink: Uplink, master: Master,
         resolver_thread.stop()
         if grants is not None:  # grants.json as the grants are at the end
             grants.flush()
+        if watcher is not None:  # what waits told, before the audit log closes
+            watcher.close()
         with contextlib.suppress(FileNotFoundError):
             Path(settings.ready_path).unlink()
         if capture is not None:

@@ -11,7 +11,7 @@ import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from agentcage.gateway.watcher.events import Crossing, Sent
+from agentcage.gateway.watcher.events import Crossing, Sent, header_block, request_line
 from agentcage.gateway.watcher.settings import BudgetSettings
 from agentcage.gateway.watcher.windows import Once, Recent, SlidingSet, SlidingSum
 
@@ -55,6 +55,7 @@ ECHO_MARK = b"\x00"
 MAX_ECHO_TOKENS = 4096  # per host
 MAX_ECHO_SCAN = 1024 * 1024  # of a response
 MAX_ECHO_STRIP = 64 * 1024  # of a request body; a larger one is measured as it is
+KEPT_BODY = 4096  # a request body up to this size is kept, stripped, for the next request
 
 # A token is kept as its hash(): 64 bits of SipHash under the process's random key (never the
 # token itself), computed in C for a whole list of tokens at once. A request with no echo in
@@ -65,7 +66,8 @@ class _Stream:
     """One host's requests through one compressor: what repeats costs next to nothing, what
     the host itself sent costs nothing."""
 
-    __slots__ = ("compressor", "echoes", "grant", "sum")
+    __slots__ = ("answer", "block", "body", "compressor", "echoes", "grant", "headers",
+                 "learnt", "sum")
 
     def __init__(self, window: float):
         # 32 KiB of history, as deflate has; level 6, for heads and small bodies alike
@@ -73,31 +75,61 @@ class _Stream:
         self.sum = SlidingSum(window)
         self.grant: str | None = None
         self.echoes: dict[int, None] = {}  # hashes of tokens, oldest first
+        self.learnt = 0  # how many answers taught new tokens (what `block` was stripped of)
+        # the last request's headers, and their block stripped of echoes (at `learnt`):
+        # most requests to a host send the same headers again
+        self.headers: tuple[tuple[str, str], ...] | None = None
+        self.block: tuple[bytes, int] = (b"", -1)
+        # the last small body, stripped (at `learnt`): a poll sends the same one again
+        self.body: tuple[bytes, bytes, int] = (b"", b"", -1)
+        # the last answer, if small: the same again teaches nothing new
+        self.answer: bytes | None = None
 
     def received(self, body: bytes) -> None:
+        if body == self.answer:  # small, and all its tokens learnt since nothing came after
+            return
+        self.answer = body if len(body) <= KEPT_BODY else None
         echoes = self.echoes
+        known = len(echoes)
         echoes.update(dict.fromkeys(map(hash, TOKEN.findall(body, 0, MAX_ECHO_SCAN))))
-        if len(echoes) > MAX_ECHO_TOKENS:  # the oldest forgotten (a token seen again stays put)
+        if len(echoes) == known:
+            return  # nothing new (a token seen again stays put)
+        self.learnt += 1
+        if len(echoes) > MAX_ECHO_TOKENS:  # the oldest forgotten
             self.echoes = dict(itertools.islice(echoes.items(),
                                                 len(echoes) - MAX_ECHO_TOKENS, None))
 
-    def information(self, head: bytes, body: bytes) -> int:
+    def head(self, s: Sent) -> bytes:
+        """The request line and headers of `s`, echoes stripped (a token cannot span a line:
+        each part is stripped alone, and the headers' part is kept for the next request)."""
+        line = request_line(s)
+        if s.headers != self.headers or self.block[1] != self.learnt:
+            block = header_block(s.headers)
+            self.headers, self.block = s.headers, (self._strip(block), self.learnt)
+        return self._strip(line) + self.block[0]
+
+    def information(self, s: Sent) -> int:
         """The compressed size of a request, what the host sent it first stripped out (of
         the head, and of a body of up to MAX_ECHO_STRIP bytes), in one call of the
         compressor (deflate's output does not depend on how its input is cut)."""
-        if self.echoes:
-            head = self._strip(head)
-            if len(body) <= MAX_ECHO_STRIP:
-                body = self._strip(body)
+        head, body = self.head(s), s.body
         c = self.compressor
         if len(body) <= MAX_ECHO_STRIP:  # small: one call over a copy
+            if body == self.body[0] and self.body[2] == self.learnt:
+                body = self.body[1]
+            elif len(body) <= KEPT_BODY:
+                stripped = self._strip(body)
+                self.body = (body, stripped, self.learnt)
+                body = stripped
+            else:
+                body = self._strip(body)
             return len(c.compress(head + body)) + len(c.flush(zlib.Z_SYNC_FLUSH))
         # large: never copied (an upload of 100 MiB joined to its head would be held twice)
         return len(c.compress(head)) + len(c.compress(body)) + len(c.flush(zlib.Z_SYNC_FLUSH))
 
     def _strip(self, data: bytes) -> bytes:
         echoes = self.echoes
-        if echoes.keys().isdisjoint(map(hash, TOKEN.findall(data))):
+        if not echoes or echoes.keys().isdisjoint(map(hash, TOKEN.findall(data))):
             return data  # most requests: one search, no copy
         pieces = TOKEN_SPLIT.split(data)  # between the tokens, a token, between, ...
         pieces[1::2] = [ECHO_MARK if hash(t) in echoes else t for t in pieces[1::2]]
@@ -116,6 +148,12 @@ def _read(body: bytes | Callable[[], bytes]) -> bytes:
         return b""
 
 
+def _head_bound(s: Sent) -> int:
+    """The most bytes the request line and headers of `s` can come to: their characters and
+    the 5 of the request line's space and the blank line, 4 bytes each at most (UTF-8)."""
+    return 4 * (s.size() - len(s.body) + 5)
+
+
 def _deflate_bound(n: int) -> int:
     """The most `n` bytes can come to through the compressor, flush included: deflate emits
     each block stored when coding would make it larger (5 bytes a block); an eighth, for
@@ -129,11 +167,12 @@ class Information:
 
     A request that cannot cross the budget, even if nothing of it compressed (the window's
     total, what is owed and its own deflate bound within the budget), is owed: its
-    compression may wait until `settle`, which the gateway calls once the request has left
-    (watch.py), while its answer is awaited; so may the reading of an answer's tokens, after
-    the answer has gone to the cage. Everything owed is settled, in the order it came, before
-    the budget is told a request that may cross it, or read; so the amounts, the findings and
-    the requests they stop are those of measuring each at once."""
+    compression may wait until `settle`, which the watcher calls once the request has left
+    (watch.py: at its next tick, at the latest); so may the reading of an answer's tokens,
+    after the answer has gone to the cage. Everything owed is settled, in the order it came,
+    before the budget is told a request that may cross it, or read; so the amounts, the
+    findings and the requests they stop are those of measuring each at once. Owed requests
+    are measured together, with warm caches."""
 
     name = "information"
 
@@ -142,10 +181,10 @@ class Information:
         self._total = SlidingSum(settings.window_seconds)
         self._streams: Recent[_Stream] = Recent(
             lambda: _Stream(settings.window_seconds), MAX_HOSTS)
-        # sent (host, grant, head, body, at) and received (host, body or its reader, size),
-        # not yet measured
-        self._owed: deque[tuple[str, str | None, bytes, bytes, float]
-                          | tuple[str, bytes | Callable[[], bytes], int]] = deque()
+        # sent (a request, and the most it can come to) and received (host, body or its
+        # reader, size), not yet measured
+        self._owed: deque[tuple[Sent, int] | tuple[str, bytes | Callable[[], bytes], int]] = (
+            deque())
         self._owed_bound = 0  # the most the requests owed can come to
         self._owed_answers = 0  # bytes of the answers owed
 
@@ -162,15 +201,14 @@ class Information:
     def sent(self, s: Sent) -> tuple[Crossing, ...]:
         if s.model_host:
             return ()
-        head = s.head()
-        bound = _deflate_bound(len(head) + len(s.body))
+        bound = _deflate_bound(_head_bound(s) + len(s.body))
         if len(self._owed) < MAX_OWED and (self._total.value(s.at) + self._owed_bound + bound
                                              <= self.settings.information_bytes):
-            self._owed.append((s.host, s.grant, head, s.body, s.at))
+            self._owed.append((s, bound))
             self._owed_bound += bound
             return ()
         self.settle()
-        return self._measure(s.host, s.grant, head, s.body, s.at)
+        return self._measure(s)
 
     def received(self, host: str, body: bytes | Callable[[], bytes],
                  size: int | None = None) -> None:
@@ -192,21 +230,20 @@ class Information:
             if len(event) == 3:
                 self._streams.get(event[0]).received(_read(event[1]))
             else:
-                host, grant, head, body, at = event
-                crossed = self._measure(host, grant, head, body, at)
+                crossed = self._measure(event[0])
                 assert not crossed, "an owed request crossed the information budget"
             # taken off once done: a failure leaves it owed, and the next tell fails too
             owed.popleft()
             if len(event) == 3:
                 self._owed_answers -= event[2]
             else:
-                self._owed_bound -= _deflate_bound(len(event[2]) + len(event[3]))
+                self._owed_bound -= event[1]
 
-    def _measure(self, host: str, grant: str | None, head: bytes, body: bytes,
-                 at: float) -> tuple[Crossing, ...]:
-        stream = self._streams.get(host)
-        stream.grant = grant
-        amount = stream.information(head, body)
+    def _measure(self, s: Sent) -> tuple[Crossing, ...]:
+        stream = self._streams.get(s.host)
+        stream.grant = s.grant
+        amount = stream.information(s)
+        at = s.at
         stream.sum.add(at, amount)
         total = self._total.add(at, amount)
         budget = self.settings.information_bytes

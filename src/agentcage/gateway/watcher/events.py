@@ -30,8 +30,17 @@ class Sent(NamedTuple):
 
     def head(self) -> bytes:
         """The request line and headers, as bytes."""
-        lines = [f"{self.method} {self.target}", *(f"{k}: {v}" for k, v in self.headers)]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+        return request_line(self) + header_block(self.headers)
+
+
+def request_line(s: Sent) -> bytes:
+    return f"{s.method} {s.target}\r\n".encode("utf-8", "surrogateescape")
+
+
+def header_block(headers: tuple[tuple[str, str], ...]) -> bytes:
+    """The headers and the blank line after them."""
+    return ("".join([f"{k}: {v}\r\n" for k, v in headers]) + "\r\n").encode(
+        "utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """How far the watcher narrows: findings escalate to a quarantine, quiet time steps back down.
 
-- Every finding is counted for one window. `escalate_after` of them within it quarantine the
-  cage (everything refused but the model hosts) for `quarantine_seconds`, doubled for each
-  quarantine before it that was not yet forgiven, up to `quarantine_max_seconds`.
+- Every finding is counted for one window, the findings of one request (or name, or scan)
+  once: repeated findings escalate, not one request's several. `escalate_after` counts within
+  it quarantine the cage (everything refused but the model hosts) for `quarantine_seconds`,
+  doubled for each quarantine before it that was not yet forgiven, up to
+  `quarantine_max_seconds`.
 - A quarantine ends by itself when its time is up (timed recovery), or when the operator
   releases it (`agentcage watcher release NAME`, which forgives every strike).
 - A whole window without a finding forgives one strike: a host polled for ever yields one
@@ -42,7 +44,8 @@ class Ladder:
         return self.quarantined_until is not None and now < self.quarantined_until
 
     def finding(self, now: float) -> Change | None:
-        """Count a finding; the quarantine it starts, if it does."""
+        """Count a finding (those of one request: once); the quarantine it starts, if it
+        does."""
         self.last_finding = now
         self.recent.append(now)
         self._expire(now)

@@ -2,7 +2,9 @@
 at a time. Per host, the values of each field (a path segment, a query parameter, a header, a
 body field) are strung together as they change from one request to the next, and the string
 is searched with the secrets inspector's own catalogue (data/secret_patterns.json). A match
-that no single piece holds was put together across requests.
+that no single piece holds was put together across requests. A request's path, headers and
+body are walked only when they differ from the host's last, and only its first `MAX_FIELDS`
+fields that may have changed.
 
 Only the last `TAIL` characters of each field are kept, in memory, for the search; nothing of
 them is written anywhere. Bodies larger than `MAX_BODY` are not split into fields (an upload
@@ -41,11 +43,18 @@ PATH_KINDS = tuple(f"path segment {i + 1}" for i in range(MAX_FIELDS))
 def fields_of(s: Sent, with_body: bool,
               header_kinds: dict[str, str] | None = None) -> Iterable[tuple[str, str]]:
     """(kind of field, value) of a request; the kind is how the field is told in a finding
-    (never its name when the cage chose it: a name can carry data too). Told of every
-    request: the request line is split without urllib when there is nothing to decode (the
-    same pairs), and a header's kind ("" for an ordinary one) is looked up in `header_kinds`,
-    worked out once per name."""
+    (never its name when the cage chose it: a name can carry data too)."""
     path, _, query = s.target.partition("?")
+    return _fields(path, query, s.headers, s.body if with_body else b"",
+                   {} if header_kinds is None else header_kinds)
+
+
+def _fields(path: str, query: str, headers: tuple[tuple[str, str], ...], body: bytes,
+            kinds: dict[str, str]) -> Iterable[tuple[str, str]]:
+    """The fields of a request's parts (each empty when left out). Told of every request:
+    the query is split without urllib when there is nothing to decode (the same pairs), and
+    a header's kind ("" for an ordinary one) is looked up in `kinds`, worked out once per
+    name."""
     fields = []
     for kind, segment in zip(PATH_KINDS, [p for p in path.split("/") if p], strict=False):
         fields.append((kind, unquote(segment) if "%" in segment else segment))
@@ -56,8 +65,7 @@ def fields_of(s: Sent, with_body: bool,
             pairs = [f.partition("=")[::2] for f in query.split("&") if f]
         for key, value in pairs:
             fields.append(("query parameter " + _key(key), value))
-    kinds = {} if header_kinds is None else header_kinds
-    for key, value in s.headers:
+    for key, value in headers:
         header = kinds.get(key)
         if header is None:
             if len(kinds) >= MAX_HEADER_KINDS:
@@ -66,8 +74,8 @@ def fields_of(s: Sent, with_body: bool,
             header = kinds[key] = "" if lower in ORDINARY_HEADERS else "header " + _key(lower)
         if header:
             fields.append((header, value))
-    if with_body and s.body and len(s.body) <= MAX_BODY:
-        return itertools.chain(fields, _body_fields(s.body))
+    if body and len(body) <= MAX_BODY:
+        return itertools.chain(fields, _body_fields(body))
     return fields
 
 
@@ -119,11 +127,15 @@ class _Field:
 
 
 class _Host:
-    __slots__ = ("fields", "last_body")
+    __slots__ = ("fields", "last_body", "last_headers", "last_path")
 
     def __init__(self) -> None:
         self.fields: Recent[_Field] = Recent(_Field, MAX_FIELDS_PER_HOST)
-        self.last_body = b""  # a body sent again has no new field
+        # a part sent again as it was has no new field: most requests to a host send the
+        # same headers, many the same path or body
+        self.last_body = b""
+        self.last_path = ""
+        self.last_headers: tuple[tuple[str, str], ...] = ()
 
 
 class Reassembly:
@@ -136,13 +148,17 @@ class Reassembly:
 
     def sent(self, s: Sent) -> list[Crossing]:
         host = self._hosts.get(s.host)
+        path, _, query = s.target.partition("?")
+        new_path, new_headers = path != host.last_path, s.headers != host.last_headers
         new_body = not s.model_host and host.last_body != s.body
+        host.last_path, host.last_headers = path, s.headers
         if new_body and len(s.body) <= MAX_BODY:
             host.last_body = s.body
         found: list[Crossing] = []
         fields = host.fields
-        for kind, value in itertools.islice(fields_of(s, new_body, self._header_kinds),
-                                            MAX_FIELDS):
+        parts = _fields(path if new_path else "", query, s.headers if new_headers else (),
+                        s.body if new_body else b"", self._header_kinds)
+        for kind, value in itertools.islice(parts, MAX_FIELDS):
             field = fields.get(kind)
             if value == field.last or not value:
                 continue

@@ -38,9 +38,10 @@ class WatcherSettings:
     # What a finding does: `record` it, or `revoke` the runtime grant involved (a finding about
     # a host cage.yaml allows is recorded either way: the watcher narrows only what was granted)
     action: str = "revoke"
-    # Findings within one window that quarantine the cage (0: never): everything but the model
-    # hosts is refused for `quarantine_seconds`, doubled at each repeat up to the maximum; a
-    # window with no finding steps back down, so that no host polled forever locks a cage out
+    # Findings within one window that quarantine the cage (0: never; a request's several count
+    # once): everything but the model hosts is refused for `quarantine_seconds`, doubled at
+    # each repeat up to the maximum; a window with no finding steps back down, so that no
+    # host polled forever locks a cage out
     escalate_after: int = 3
     quarantine_seconds: float = 300.0
     quarantine_max_seconds: float = 3600.0

@@ -2,12 +2,21 @@
 answer into findings, and acts on them, only ever narrowing (see the package's docstring).
 
 Runs on the proxy's event loop; the resolver's thread tells it names too (under a lock), and
-what those cross is acted on at the next tick, on the loop (a grant is revoked there). What
-the information budget may measure later (a request that cannot cross it, an answer) is
-measured on the loop just after the hook that told it returned: once the request has left,
-while its answer is awaited (budgets.Information). Its state for the CLI is watcher.json in
-the cage's state directory (the gateway alone writes it; nothing in it is secret: hosts,
-amounts, grant ids).
+what those cross is acted on at the next tick, on the loop (a grant is revoked there).
+
+Most requests are told to the budgets after they have left, with the answers that came back
+(what the cage may send back as echoes): when the gateway runs it (`lazy`), at the next tick
+(four times a second) or before the next request that cannot wait, whichever comes first, so
+that a request costs no turn of the event loop of its own and the budgets work through
+several at once. A request may wait when nothing the budgets could find would refuse it: it
+came through no runtime grant the watcher would revoke, and no quarantine could begin with
+it (a request counts once towards one, however many budgets it crosses). Every other request
+is told at once, after what waits. Everything is told in the order it came, and before any
+request whose fate it could change, so the findings, the amounts and the requests refused
+are those of telling each at once. What the information budget may measure later (a request
+that cannot cross it, an answer) waits too (budgets.Information). Its state for the CLI is
+watcher.json in the cage's state directory (the gateway alone writes it; nothing in it is
+secret: hosts, amounts, grant ids).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentcage.domains import DomainMatcher, DomainRule, parse_pattern
 from agentcage.gateway.audit import AuditRecord, say
@@ -40,11 +49,21 @@ FILE_VERSION = 1
 SAVE_EVERY = 5.0  # seconds: how often the usage of the budgets is written, when it changed
 KEPT_FINDINGS = 200
 TRACKED_CONNECTIONS = 2048
+MAX_WAITING = 64  # requests and answers told later, at most: past that, all are told at once
+MAX_WAITING_ANSWERS = 1024 * 1024  # bytes of the answers told later, at most
 
 
 def shipped_model_hosts() -> tuple[str, ...]:
     doc = json.loads(resources.files("agentcage").joinpath("data/model_hosts.json").read_text())
     return tuple(doc["hosts"])
+
+
+class _Answer(NamedTuple):
+    """A response, as the watcher is told it (see Watcher.answered)."""
+
+    host: str
+    body: bytes | Callable[[], bytes]
+    size: int
 
 
 @dataclass(frozen=True)
@@ -85,15 +104,23 @@ class Watcher:
                                      for h in (*shipped_model_hosts(), *settings.model_hosts))
         self._model_answers: dict[str, bool] = {}
         self._lock = threading.Lock()  # the units' state: the resolver's thread tells names
-        self._later: list[Crossing] = []  # crossed in the resolver's thread, acted on at tick
+        # the crossings of each name looked up in the resolver's thread, acted on at tick
+        self._later: list[list[Crossing]] = []
+        # requests that left and answers that came back, not yet told (on the loop, in order)
+        self._waiting: deque[Sent | _Answer] = deque()
+        self._waiting_requests = 0
+        self._waiting_bytes = 0  # of the answers
+        self._revokes = settings.action == "revoke"
+        # The gateway's: what may wait is told at the next tick, or before the next request
+        # that cannot wait. Otherwise (tests, benches: no tick) at once.
+        self.lazy = False
         self.findings: deque[Finding] = deque(maxlen=KEPT_FINDINGS)
         self.counts: dict[str, int] = {}
         self.revoked: dict[str, Grant] = {}  # grants the watcher revoked: the operator's undo
         self._connections: OrderedDict[str, Any] = OrderedDict()  # id -> client connection
         self._newest = ""  # the id of the connection tracked last
         self._dirty, self._saved_at = False, 0.0
-        self._settling = False  # a settle of the information budget is scheduled
-        self._unsettled = False  # the last one failed
+        self._unsettled = False  # the last settle failed
         self.last_scan: dict[str, Any] | None = None  # the re-reader's (reread.py)
         self.reader: Any = None  # the re-reader, when there is one (set by the gateway)
         self._scans: set[asyncio.Task[Any]] = set()
@@ -129,21 +156,68 @@ class Watcher:
         cage so far that its host is out (its grant revoked, or a quarantine begun)."""
         if connection is not None and not s.model_host:
             self._track(connection)
-        with self._lock:
-            if self._unsettled:  # the last settle failed: again now, else no request goes
-                self.information.settle()
-                self._unsettled = False
-            crossings = [c for unit in self.units for c in unit.sent(s)]
-            crossings += self.names.named(s.host, s.at, s.grant)
         self._dirty = True
-        self._settle_soon()
+        if self._may_wait(s):
+            self._waiting.append(s)
+            self._waiting_requests += 1
+            if not self.lazy:
+                self.settle()
+            return self.refusal(s.host)
+        self._tell_waiting()  # in order, and they may narrow what this one may do
+        with self._lock:
+            crossings = self._crossings(s)
         if crossings:
-            revoked = False
-            for crossing in crossings:
-                revoked |= self._act(crossing, s.flow) and crossing.grant == s.grant
-            if revoked:
-                return f"the watcher revoked grant {s.grant}: it carried too much"
+            self._acted(crossings, s.flow, at=s.at)
+        if not self.lazy:
+            self.settle()
+        # revoked by its own findings, or by those of a request told just now (the policy
+        # judged this one before they were)
+        if s.grant is not None and s.grant in self.revoked:
+            return f"the watcher revoked grant {s.grant}: it carried too much"
         return self.refusal(s.host)
+
+    def _may_wait(self, s: Sent) -> bool:
+        """Whether `s` may be told to the budgets once it has left: no finding could refuse
+        it. One refuses the request that made it by revoking its runtime grant, or by a
+        quarantine that begins with it (the model's hosts are spared one); each request told
+        counts once towards a quarantine, so the findings of those waiting and of this one
+        cannot begin one if fewer than `escalate_after` would be counted in all."""
+        if self._unsettled or len(self._waiting) >= MAX_WAITING:
+            return False
+        if s.grant is not None and self._revokes:
+            return False
+        wanted = self.settings.escalate_after
+        return (not wanted or s.model_host
+                or len(self.ladder.recent) + self._waiting_requests + 1 < wanted)
+
+    def _crossings(self, s: Sent) -> list[Crossing]:
+        crossings = [c for unit in self.units for c in unit.sent(s)]
+        crossings += self.names.named(s.host, s.at, s.grant)
+        return crossings
+
+    def _tell_waiting(self) -> None:
+        """Tell the budgets what waits, in order, and act on what they find. The last settle
+        failed: everything owed settled first (failing again, if it does). Each is taken off
+        once told: one whose telling fails stays, and fails again."""
+        if self._unsettled:
+            self.settle()
+            return
+        waiting = self._waiting
+        while waiting:
+            event = waiting[0]
+            with self._lock:
+                if isinstance(event, Sent):
+                    crossings = self._crossings(event)
+                else:
+                    self.information.received(*event)
+                    crossings = []
+            waiting.popleft()
+            if isinstance(event, Sent):
+                self._waiting_requests -= 1
+                if crossings:
+                    self._acted(crossings, event.flow, at=event.at)
+            else:
+                self._waiting_bytes -= event.size
 
     def relayed(self, host: str, port: int, command: str, data: bytes) -> str | None:
         """What the cage sends a mail server through a relay (a command, a message), told as
@@ -159,45 +233,58 @@ class Watcher:
 
     def answered(self, host: str, body: bytes | Callable[[], bytes], size: int) -> None:
         """A response of `host`, as `received`; `body` may be a function that reads it (of
-        `size` bytes, or about that), called once the response has gone to the cage."""
+        `size` bytes, or about that), called once the response has gone to the cage: when
+        it is told, after the requests sent before it (what it teaches matters to the
+        requests after it, which are measured after it)."""
         if self.is_model_host(host):
             return
-        with self._lock:
-            self.information.received(host, body, size)
-        self._settle_soon()
+        self._waiting.append(_Answer(host, body, size))
+        self._waiting_bytes += size
+        if (not self.lazy or len(self._waiting) >= MAX_WAITING
+                or self._waiting_bytes > MAX_WAITING_ANSWERS):
+            self._tell_waiting()
 
-    def _settle_soon(self) -> None:
-        """What the information budget owes (requests that cannot cross it), measured once
-        this hook has returned: after the request has left, while its answer is awaited.
-        Without a running loop (a test, a bench), at once."""
-        if self._settling or not self.information.owed:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.settle()
-            return
-        self._settling = True
-        loop.call_soon(self._settle_later)
-
-    def _settle_later(self) -> None:
-        self._settling = False
-        try:
-            self.settle()
-        except Exception as e:  # left owed: the next request settles first, or is refused
-            self._unsettled = True
-            self._record(AuditRecord("watcher", "flagged", "cannot measure the information "
-                                     f"sent ({type(e).__name__}: {e}); the next request "
-                                     "waits for it", by="information"))
+    @property
+    def owed(self) -> bool:
+        """Whether something is left to tell or measure (see `settle`)."""
+        return bool(self._waiting) or self.information.owed
 
     def settle(self) -> None:
-        with self._lock:
-            self.information.settle()
+        """Everything owed told and measured, in order."""
+        self._unsettled = False
+        try:
+            self._tell_waiting()
+            with self._lock:
+                self.information.settle()
+        except BaseException:
+            self._unsettled = True
+            raise
+
+    def _settle_or_flag(self) -> None:
+        """Settle at a tick: a failure is audited (once, not at every tick while it lasts),
+        and the next request waits for it (it is told at once, after everything owed, which
+        fails again: the gateway refuses it)."""
+        failing = self._unsettled
+        try:
+            self.settle()
+        except Exception as e:
+            if failing:
+                return
+            self._record(AuditRecord("watcher", "flagged", "cannot tell the budgets what was "
+                                     f"sent ({type(e).__name__}: {e}); the next request "
+                                     "waits for it", by="watcher"))
+
+    def close(self) -> None:
+        """The gateway stops: what waits told, and watcher.json written."""
+        if self.owed:
+            self._settle_or_flag()
+        self._save()
 
     def named(self, name: str) -> None:
         """A name the cage looked up (the resolver's thread)."""
         with self._lock:
-            self._later.extend(self.names.named(name, self._clock()))
+            if crossings := self.names.named(name, self._clock()):
+                self._later.append(list(crossings))
 
     def observe(self, record: dict[str, Any]) -> None:
         """An audit observer: the names of the cage's lookups."""
@@ -207,12 +294,14 @@ class Watcher:
                 self.named(host)
 
     def tick(self) -> None:
-        """Four times a second, on the loop: act on what the resolver's thread found, end a
-        quarantine that is due, forgive after quiet."""
+        """Four times a second, on the loop: act on what the resolver's thread found, settle
+        what is owed, end a quarantine that is due, forgive after quiet."""
         with self._lock:
             later, self._later = self._later, []
-        for crossing in later:
-            self._act(crossing)
+        for crossings in later:
+            self._acted(crossings)
+        if self.owed:
+            self._settle_or_flag()
         now = self._clock()
         change = self.ladder.tick(now)
         if change is not None:
@@ -230,7 +319,7 @@ class Watcher:
         crossing = Crossing("reread", host, f"the re-reader: {summary}",
                             {"scan_seed": facts.get("seed"), "window": facts.get("window")},
                             known)
-        self._act(crossing, narrow=narrow)
+        self._acted([crossing], narrow=narrow)
 
     def scan_now(self) -> dict[str, Any]:
         """The operator's `agentcage watcher scan`: a scan of the re-reader, begun now."""
@@ -282,36 +371,37 @@ class Watcher:
 
     # ---- acting ------------------------------------------------------------------------------
 
-    def _act(self, crossing: Crossing, flow: str = "", narrow: bool = True) -> bool:
-        """Record a finding and narrow as the settings say (never, unless `narrow`); True if
-        its grant was revoked."""
-        now = self._clock()
-        revoked = False
-        action = "recorded"
-        grant = (self.grants.grant(crossing.grant)
-                 if self.grants is not None and crossing.grant else None)
-        if narrow and self.settings.action == "revoke" and grant is not None:
-            assert self.grants is not None
-            self.grants.revoke(grant.id, by="watcher",
-                               why=f"revoked by the watcher ({crossing.budget})")
-            self.revoked[grant.id] = grant
-            revoked = True
-            action = f"revoked grant {grant.id}"
-        finding = Finding(os.urandom(6).hex(), now, crossing.budget, crossing.host,
-                          crossing.summary, crossing.evidence, crossing.grant, action, flow)
-        self.findings.append(finding)
-        self.counts[crossing.budget] = self.counts.get(crossing.budget, 0) + 1
-        self._record(AuditRecord("watcher", "flagged", crossing.summary, host=crossing.host,
-                                 by=crossing.budget,
-                                 extra={"finding_id": finding.id, "evidence": crossing.evidence,
-                                        "grant_id": crossing.grant, "action": action,
-                                        "flow": flow}))
-        change = self.ladder.finding(now) if narrow else None
+    def _acted(self, crossings: list[Crossing], flow: str = "", narrow: bool = True,
+               at: float | None = None) -> None:
+        """Record the findings of one thing told (a request, a name, a scan) at `at` (now,
+        if None) and narrow as the settings say (never, unless `narrow`). However many
+        budgets it crossed, it counts once towards a quarantine."""
+        now = self._clock() if at is None else at
+        for crossing in crossings:
+            action = "recorded"
+            grant = (self.grants.grant(crossing.grant)
+                     if self.grants is not None and crossing.grant else None)
+            if narrow and self._revokes and grant is not None:
+                assert self.grants is not None
+                self.grants.revoke(grant.id, by="watcher",
+                                   why=f"revoked by the watcher ({crossing.budget})")
+                self.revoked[grant.id] = grant
+                action = f"revoked grant {grant.id}"
+            finding = Finding(os.urandom(6).hex(), now, crossing.budget, crossing.host,
+                              crossing.summary, crossing.evidence, crossing.grant, action, flow)
+            self.findings.append(finding)
+            self.counts[crossing.budget] = self.counts.get(crossing.budget, 0) + 1
+            self._record(AuditRecord("watcher", "flagged", crossing.summary,
+                                     host=crossing.host, by=crossing.budget,
+                                     extra={"finding_id": finding.id,
+                                            "evidence": crossing.evidence,
+                                            "grant_id": crossing.grant, "action": action,
+                                            "flow": flow}))
+        change = self.ladder.finding(now) if narrow and crossings else None
         if change is not None:
             self._changed(change)
         else:
             self._save()
-        return revoked
 
     def _changed(self, change: Change, by: str = "watcher") -> None:
         cut = 0
