@@ -142,3 +142,16 @@ def test_a_mask_that_fails_refuses_the_record_and_writes_nothing(tmp_path: Path)
         log.write(AuditRecord("outbound", "allowed", "x"))
     log.close()
     assert (tmp_path / "a.jsonl").read_text() == ""
+
+
+def test_a_record_that_does_not_encode_is_refused_and_nothing_is_written(tmp_path: Path):
+    log = AuditLog(tmp_path / "a.jsonl")
+    log.write(AuditRecord("outbound", "allowed", "before", path="/before"))
+    with pytest.raises(AuditUnavailable, match="not encodable"):
+        log.write(AuditRecord("outbound", "allowed", "x", extra={"what": object()}))
+    log.write(AuditRecord("outbound", "allowed", "after", path="/after"))
+    log.close()
+    before, outage, after = read_audit(tmp_path / "a.jsonl")  # the refusal itself is said
+    assert (before["path"], after["path"]) == ("/before", "/after")
+    assert (outage["direction"], outage["lost"]) == ("audit", 1)
+    assert "not encodable" in outage["reason"]

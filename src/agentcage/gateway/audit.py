@@ -133,11 +133,11 @@ class AuditLog:
         """Write `record` whole, or raise AuditUnavailable having written nothing."""
         with self._lock:
             try:
-                doc = self._encode(record)
+                doc, line = self._encode(record)
                 if self._lost:
                     self._append(self._outage_line(record.ts))
                     self._lost, self._lost_since = 0, None
-                self._append((json.dumps(doc, separators=(",", ":")) + "\n").encode())
+                self._append(line)
             except OSError as e:
                 self._lost += 1
                 if self._lost_since is None:
@@ -149,12 +149,12 @@ class AuditLog:
             with contextlib.suppress(Exception):  # an observer never undoes a written record
                 observe(doc)
 
-    def _encode(self, record: AuditRecord) -> dict[str, Any]:
-        """The record as it is written (masked, clipped), and made sure to encode."""
+    def _encode(self, record: AuditRecord) -> tuple[dict[str, Any], bytes]:
+        """The record as it is written (masked, clipped), and its line: one that does not
+        encode is not written."""
         try:
             doc = record.to_dict(self._mask)
-            json.dumps(doc)
-            return doc
+            return doc, (json.dumps(doc, separators=(",", ":")) + "\n").encode()
         except Exception as e:  # a record that cannot be made safe to keep is not kept
             raise OSError(errno.EINVAL, f"record not encodable: {e}") from e
 
