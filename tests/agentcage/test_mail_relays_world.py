@@ -165,6 +165,12 @@ def test_a_planted_key_in_an_outgoing_message_is_blocked_and_audited(cage, world
                                                                                  "IMAPS"}
     assert [r for r in blocked if r["by"] == "secrets"], blocked
     assert KEY not in (cage.cage.root / "audit.jsonl").read_text()
+    # the cage can read why, from the policy API, as it reads an HTTP refusal; the key nowhere
+    r = cage.sh("curl -sS -m 10 https://agentcage.local/v1/denials")
+    assert r.returncode == 0, r
+    relayed = [d for d in json.loads(r.stdout)["denials"] if d["layer"] == "relay"]
+    assert (MAIL, 587, "secrets") in {(d["host"], d["port"], d["by"]) for d in relayed}, relayed
+    assert KEY[-40:] not in r.stdout
 
 
 def test_a_placeholder_of_another_secret_in_a_login_is_refused(cage, world):

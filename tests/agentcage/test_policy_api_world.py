@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agentcage.gateway.settings import SINKHOLE_ADDRESS
 from tests.agentcage.conftest import World, needs_root, start_cage
 
 CLI = [sys.executable, "-m", "agentcage.cli"]
@@ -185,6 +186,35 @@ def test_a_flood_of_requests_meets_429_and_the_rest_of_the_cage_goes_on(cage):
     assert statuses[:3] == [200, 200, 200] and statuses[3:] == [429, 429], statuses
     assert reach(cage, "allowed.example.test") == "200"  # the control: the cage serves on
     assert call(cage, "GET", "/v1/health")[0] == 200
+
+
+@pytest.mark.netns
+def test_the_cage_reads_its_refusals_but_not_what_it_sent(cage):
+    """`GET /v1/denials`: what the cage tried and was refused, so that it can ask for what it
+    needs: the host, layer and reason of each, never the path or query it sent."""
+    path, query = f"/private-{os.urandom(6).hex()}", f"token={os.urandom(6).hex()}"
+    assert reach(cage, "other.example.test", f"{path}?{query}") == "403"
+    looked_up = cage.sh("getent hosts nosuch.example.test")  # refused: the sinkhole's address
+    assert looked_up.stdout.split()[:1] == [SINKHOLE_ADDRESS], looked_up
+    assert reach(cage, "allowed.example.test", path) == "200"  # the control: not a refusal
+    status, doc = call(cage, "GET", "/v1/denials")
+    assert status == 200, doc
+    denials = doc["denials"]
+    assert all(set(d) == {"ts", "host", "port", "layer", "by", "reason"} for d in denials)
+    seen = {(d["layer"], d["host"]) for d in denials}
+    assert ("outbound", "other.example.test") in seen, denials
+    assert ("dns", "nosuch.example.test") in seen, denials
+    assert not any(d["host"] == "allowed.example.test" for d in denials), denials
+    assert all(d["reason"] for d in denials)
+    shown = json.dumps(doc)
+    assert path not in shown and query not in shown
+    # `last`: the newest N, none for 0, the default for what is not a number
+    assert call(cage, "GET", "/v1/denials?last=1")[1]["denials"] == denials[-1:]
+    assert call(cage, "GET", "/v1/denials?last=0")[1]["denials"] == []
+    assert len(call(cage, "GET", "/v1/denials?last=many")[1]["denials"]) == len(denials)
+    # asking for them is no refusal, and it is audited like every call to the API
+    assert call(cage, "GET", "/v1/denials")[1]["denials"] == denials
+    assert sum(r.get("path") == "/v1/denials" for r in policy_records(cage)) == 5
 
 
 @pytest.mark.netns

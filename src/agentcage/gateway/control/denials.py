@@ -13,7 +13,9 @@ from collections import deque
 from typing import Any
 
 KEPT = 200
-LAYERS = ("outbound", "dns", "upstream", "websocket")
+# Every layer that refuses what the cage sends: HTTP(S) and its CONNECTs, names, the upstream
+# dial, WebSocket messages and the mail relays (a message or a login the relay refused).
+LAYERS = ("outbound", "dns", "upstream", "websocket", "relay")
 
 
 class Denials:
